@@ -1,0 +1,319 @@
+//! Header layouts: where each layer's fields land on the wire.
+//!
+//! Seed 004 §2.1: layers call `add_field` at initialisation ([`FieldRegistry::add_field`]);
+//! afterwards a layout compiler places every field. This module has the traditional compiler,
+//! [`Layout::per_layer_aligned`]: each layer's fields in a header of its own, padded to a 4-byte
+//! boundary, the headers concatenated top layer first — the per-layer padded layout that the
+//! Protocol Accelerator's compact layout is measured against. Every datagram starts with the
+//! whole header area ([`Layout::header_len`] bytes), followed by the body.
+
+use crate::field::{write_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc, FieldSpec};
+use thiserror::Error;
+
+/// The largest header area a layout may produce, in bytes.
+pub const MAX_HEADER: usize = 256;
+
+/// A layout could not be compiled.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LayoutError {
+    /// A field asked for 0 or more than 64 bits.
+    #[error("field `{name}` of layer {layer} asks for {bits} bits (1 to 64 allowed)")]
+    BadWidth {
+        /// Field name.
+        name: &'static str,
+        /// Requesting layer.
+        layer: usize,
+        /// Requested width.
+        bits: u8,
+    },
+    /// Two fields asked for overlapping fixed offsets.
+    #[error("field `{name}` of layer {layer}: requested offset {offset} overlaps another field")]
+    OffsetConflict {
+        /// Field name.
+        name: &'static str,
+        /// Requesting layer.
+        layer: usize,
+        /// Requested bit offset.
+        offset: u32,
+    },
+    /// The header area would exceed [`MAX_HEADER`] bytes.
+    #[error("header area of {0} bytes exceeds the limit of {MAX_HEADER}")]
+    TooLarge(usize),
+}
+
+/// Collects the fields layers request at initialisation.
+#[derive(Debug, Default, Clone)]
+pub struct FieldRegistry {
+    specs: Vec<FieldSpec>,
+    layer: usize,
+}
+
+impl FieldRegistry {
+    /// An empty registry.
+    pub fn new() -> FieldRegistry {
+        FieldRegistry::default()
+    }
+
+    /// Subsequent [`add_field`](Self::add_field) calls are made by layer `layer` (0 = top).
+    pub fn set_layer(&mut self, layer: usize) {
+        self.layer = layer;
+    }
+
+    /// Seed 004's `add_field(class, name, size, offset)`: request a field of `bits` bits,
+    /// optionally at bit `offset` within its header, and get the handle to access it.
+    pub fn add_field(
+        &mut self,
+        class: FieldClass,
+        name: &'static str,
+        bits: u8,
+        offset: Option<u32>,
+    ) -> FieldHandle {
+        self.specs.push(FieldSpec {
+            class,
+            name,
+            bits,
+            offset,
+            layer: self.layer,
+        });
+        FieldHandle((self.specs.len() - 1) as u16)
+    }
+
+    /// All requested fields, indexed by handle.
+    pub fn specs(&self) -> &[FieldSpec] {
+        &self.specs
+    }
+}
+
+/// A compiled layout: a location for every field handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    locs: Vec<FieldLoc>,
+    header_len: usize,
+    order: ByteOrder,
+    /// Byte range of each layer's own header (per-layer layouts) for listings.
+    layer_spans: Vec<(usize, usize)>,
+    /// Per layer `i`: a mask of the header bits that belong to layers above `i`.
+    upper_masks: Vec<Vec<u8>>,
+}
+
+impl Layout {
+    /// The traditional layout: per layer, its fields packed in request order (honouring
+    /// requested offsets), the layer's header padded to `align` bytes; headers concatenated
+    /// from the top layer down. Fields are written in network (big-endian) order.
+    pub fn per_layer_aligned(
+        specs: &[FieldSpec],
+        layers: usize,
+        align: usize,
+    ) -> Result<Layout, LayoutError> {
+        let align = align.max(1);
+        let mut locs = vec![
+            FieldLoc {
+                bit_offset: 0,
+                bits: 0
+            };
+            specs.len()
+        ];
+        let mut layer_spans = Vec::with_capacity(layers);
+        let mut base_bits = 0u32;
+        for layer in 0..layers {
+            let mine: Vec<usize> = (0..specs.len())
+                .filter(|&i| specs[i].layer == layer)
+                .collect();
+            let mut taken: Vec<(u32, u32)> = Vec::new();
+            // Fixed offsets first, then the rest first-fit.
+            for &i in mine.iter().filter(|&&i| specs[i].offset.is_some()) {
+                let s = &specs[i];
+                check_width(s)?;
+                let off = s.offset.unwrap_or(0);
+                let span = (off, off + s.bits as u32);
+                if taken.iter().any(|t| overlaps(*t, span)) {
+                    return Err(LayoutError::OffsetConflict {
+                        name: s.name,
+                        layer: s.layer,
+                        offset: off,
+                    });
+                }
+                taken.push(span);
+                locs[i] = FieldLoc {
+                    bit_offset: base_bits + off,
+                    bits: s.bits,
+                };
+            }
+            for &i in mine.iter().filter(|&&i| specs[i].offset.is_none()) {
+                let s = &specs[i];
+                check_width(s)?;
+                let off = first_fit(&taken, s.bits as u32);
+                taken.push((off, off + s.bits as u32));
+                locs[i] = FieldLoc {
+                    bit_offset: base_bits + off,
+                    bits: s.bits,
+                };
+            }
+            let used_bits = taken.iter().map(|t| t.1).max().unwrap_or(0);
+            let bytes = (used_bits as usize).div_ceil(8).div_ceil(align) * align;
+            let start = base_bits as usize / 8;
+            layer_spans.push((start, start + bytes));
+            base_bits += bytes as u32 * 8;
+        }
+        let header_len = base_bits as usize / 8;
+        if header_len > MAX_HEADER {
+            return Err(LayoutError::TooLarge(header_len));
+        }
+        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        Ok(Layout {
+            locs,
+            header_len,
+            order: ByteOrder::Big,
+            layer_spans,
+            upper_masks,
+        })
+    }
+
+    /// A layout from explicit locations of `specs` (used by other layout compilers).
+    pub fn from_locs(
+        specs: &[FieldSpec],
+        layers: usize,
+        locs: Vec<FieldLoc>,
+        header_len: usize,
+        order: ByteOrder,
+    ) -> Result<Layout, LayoutError> {
+        if header_len > MAX_HEADER {
+            return Err(LayoutError::TooLarge(header_len));
+        }
+        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        Ok(Layout {
+            locs,
+            header_len,
+            order,
+            layer_spans: Vec::new(),
+            upper_masks,
+        })
+    }
+
+    /// A mask (one byte per header byte) of the bits that belong to fields of the layers
+    /// above `layer`: what a layer may cover with a checksum, since lower layers write their
+    /// fields after it.
+    pub fn upper_mask(&self, layer: usize) -> &[u8] {
+        self.upper_masks.get(layer).map_or(&[], |m| m.as_slice())
+    }
+
+    /// Where the field behind `h` lives.
+    #[inline]
+    pub fn loc(&self, h: FieldHandle) -> FieldLoc {
+        self.locs[h.index()]
+    }
+
+    /// All locations, indexed by handle.
+    pub fn locs(&self) -> &[FieldLoc] {
+        &self.locs
+    }
+
+    /// Bytes of header in front of every body.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// The byte order fields are written in.
+    #[inline]
+    pub fn order(&self) -> ByteOrder {
+        self.order
+    }
+
+    /// Byte ranges of each layer's own header (empty for cross-layer layouts).
+    pub fn layer_spans(&self) -> &[(usize, usize)] {
+        &self.layer_spans
+    }
+}
+
+fn upper_masks(
+    specs: &[FieldSpec],
+    locs: &[FieldLoc],
+    layers: usize,
+    header_len: usize,
+) -> Vec<Vec<u8>> {
+    (0..layers)
+        .map(|layer| {
+            let mut m = vec![0u8; header_len];
+            for (s, l) in specs.iter().zip(locs) {
+                if s.layer < layer {
+                    write_bits(&mut m, *l, ByteOrder::Big, u64::MAX);
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+fn check_width(s: &FieldSpec) -> Result<(), LayoutError> {
+    if (1..=64).contains(&s.bits) {
+        Ok(())
+    } else {
+        Err(LayoutError::BadWidth {
+            name: s.name,
+            layer: s.layer,
+            bits: s.bits,
+        })
+    }
+}
+
+fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// The lowest bit offset where `bits` bits fit between the already `taken` spans.
+pub(crate) fn first_fit(taken: &[(u32, u32)], bits: u32) -> u32 {
+    let mut off = 0;
+    loop {
+        match taken.iter().find(|t| overlaps(**t, (off, off + bits))) {
+            Some(t) => off = t.1,
+            None => return off,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_layer_headers_are_padded_to_four_bytes() {
+        let mut r = FieldRegistry::new();
+        r.set_layer(0);
+        let f = r.add_field(FieldClass::ProtoSpecific, "frag", 1, None);
+        r.set_layer(1);
+        let k = r.add_field(FieldClass::ProtoSpecific, "kind", 2, None);
+        let s = r.add_field(FieldClass::ProtoSpecific, "seq", 16, None);
+        let a = r.add_field(FieldClass::Gossip, "ack", 16, None);
+        r.set_layer(2);
+        let c = r.add_field(FieldClass::MsgSpecific, "csum", 16, Some(0));
+        let l = Layout::per_layer_aligned(r.specs(), 3, 4).unwrap();
+        assert_eq!(l.header_len(), 4 + 8 + 4);
+        assert_eq!(l.loc(f).bit_offset, 0);
+        assert_eq!(l.loc(k).bit_offset, 32);
+        assert_eq!(l.loc(s).bit_offset, 34);
+        assert_eq!(l.loc(a).bit_offset, 50);
+        assert_eq!(l.loc(c).bit_offset, 96);
+        assert_eq!(l.layer_spans(), &[(0, 4), (4, 12), (12, 16)]);
+        // The checksum layer (2) covers the fields of layers 0 and 1, not its own.
+        let m = l.upper_mask(2);
+        assert_eq!(m[0], 0x80);
+        assert_eq!(&m[4..9], &[0xff, 0xff, 0xff, 0xff, 0xc0]);
+        assert_eq!(&m[12..16], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn conflicting_offsets_and_bad_widths_are_named() {
+        let mut r = FieldRegistry::new();
+        r.add_field(FieldClass::MsgSpecific, "a", 8, Some(0));
+        r.add_field(FieldClass::MsgSpecific, "b", 8, Some(4));
+        let e = Layout::per_layer_aligned(r.specs(), 1, 4).unwrap_err();
+        assert!(e.to_string().contains("`b`"), "{e}");
+        let mut r = FieldRegistry::new();
+        r.add_field(FieldClass::MsgSpecific, "wide", 65, None);
+        assert!(matches!(
+            Layout::per_layer_aligned(r.specs(), 1, 4),
+            Err(LayoutError::BadWidth { bits: 65, .. })
+        ));
+    }
+}
