@@ -302,6 +302,8 @@ pub struct StreamConfig {
     pub payload: usize,
     /// Datagrams per `sendmmsg` call (1 to [`MAX_BATCH`]).
     pub batch: usize,
+    /// Send with `sendmmsg` (true) or one `send` per datagram (false), to measure batching.
+    pub batching: bool,
     /// Receive buffer requested for the receiving socket (`SO_RCVBUF`).
     pub recv_buffer: usize,
     /// After the sender is done, the receiver stops once nothing has arrived for this long.
@@ -318,6 +320,7 @@ impl StreamConfig {
             messages,
             payload,
             batch: 32,
+            batching: true,
             recv_buffer: 4 << 20,
             idle_timeout: Duration::from_millis(50),
             deadline: Duration::from_secs(60),
@@ -336,7 +339,7 @@ pub struct StreamResult {
     pub recv_elapsed: Duration,
     /// From the common start to the sender's last `sendmmsg`.
     pub send_elapsed: Duration,
-    /// `sendmmsg` calls the sender made.
+    /// Send system calls the sender made (`sendmmsg`, or one per datagram without batching).
     pub send_calls: u64,
     /// True when the deadline ended the run.
     pub timed_out: bool,
@@ -394,6 +397,7 @@ pub fn raw_stream(cfg: &StreamConfig) -> Result<StreamResult, RawUdpError> {
     let messages = cfg.messages;
     let payload = cfg.payload;
     let batch = cfg.batch;
+    tx.set_batching(cfg.batching);
     let deadline = cfg.deadline;
     let sender = {
         let barrier = Arc::clone(&barrier);
@@ -515,6 +519,16 @@ mod tests {
             r.send_calls < r.sent,
             "sendmmsg batches several datagrams per call"
         );
+    }
+
+    #[test]
+    fn raw_stream_without_batching_makes_one_call_per_datagram() {
+        let mut cfg = StreamConfig::new(2_000, 8);
+        cfg.batching = false;
+        let r = raw_stream(&cfg).unwrap();
+        assert_eq!(r.sent, 2_000);
+        assert!(r.send_calls >= r.sent);
+        assert!(r.received > 0);
     }
 
     #[test]
