@@ -1,6 +1,8 @@
 //! `phyllo`: run stacks, experiments and the report.
 
+mod cmd;
 mod experiments;
+mod measure;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -17,11 +19,17 @@ struct Cli {
 enum Cmd {
     /// Run every registered experiment and write the report folder.
     Report(report::ReportArgs),
+    /// Ping-pong: round-trip latency of a stack over memlink or UDP loopback.
+    Rtt(cmd::RttArgs),
+    /// One-way stream: messages per second of a stack over memlink or UDP loopback.
+    Stream(cmd::StreamArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Report(args) => report::main(args),
+        Cmd::Rtt(args) => cmd::rtt(args),
+        Cmd::Stream(args) => cmd::stream(args),
     }
 }

@@ -384,7 +384,7 @@ impl<'a> Cx<'a> {
 /// Index 0 of a stack is the top (next to the application). Pre-phases take `&self`: they may
 /// build or check the header and transform the message (encrypt, decrypt), but never change
 /// the layer's state. Post-phases take `&mut self` and see a copy of the header area.
-pub trait Layer {
+pub trait Layer: Send {
     /// Short name, as in a spec string.
     fn name(&self) -> &'static str;
 

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod conn;
+pub mod driver;
 pub mod field;
 pub mod harness;
 pub mod layer;

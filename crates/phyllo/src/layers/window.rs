@@ -14,7 +14,8 @@
 //!   advances `rcv_next`, delivers buffered successors, and schedules an ack: at once after
 //!   half a window of unacknowledged data or a duplicate, otherwise after a short delay unless
 //!   data going the other way carries it first.
-//! - On timeout everything unacknowledged is retransmitted and the timeout doubles (capped).
+//! - On timeout everything unacknowledged is retransmitted and the timeout doubles (capped);
+//!   otherwise the timeout follows the measured round trip (RFC 6298, Karn's rule).
 //!
 //! Sequence numbers are 16 bits on the wire, 64 bits in the state; with at most 1024
 //! messages in flight the receiver places every wire value unambiguously.
@@ -39,8 +40,10 @@ pub struct WindowConfig {
     pub size: usize,
     /// Application messages waiting for room at most (beyond it `send` says WouldBlock).
     pub backlog: usize,
-    /// First retransmission timeout.
+    /// First retransmission timeout (before any round trip was measured).
     pub rto: Duration,
+    /// Smallest retransmission timeout.
+    pub min_rto: Duration,
     /// Largest retransmission timeout.
     pub max_rto: Duration,
     /// How long an ack may wait for data to ride on.
@@ -53,8 +56,9 @@ impl WindowConfig {
         WindowConfig {
             size: size.clamp(1, 1024),
             backlog: 4096,
-            rto: Duration::from_millis(2),
-            max_rto: Duration::from_millis(200),
+            rto: Duration::from_millis(4),
+            min_rto: Duration::from_millis(1),
+            max_rto: Duration::from_millis(500),
             ack_delay: Duration::from_micros(200),
         }
     }
@@ -76,7 +80,11 @@ pub struct Window {
     snd_una: u64,
     snd_next: u64,
     unacked: VecDeque<Msg>,
+    /// When each unacknowledged message was first sent; `None` once retransmitted (Karn).
+    sent_at: VecDeque<Option<Time>>,
     backlog: VecDeque<Msg>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
     rto: Duration,
     rto_at: Option<Time>,
     // Receiver.
@@ -102,6 +110,9 @@ impl Window {
             snd_una: 0,
             snd_next: 0,
             unacked: VecDeque::with_capacity(size),
+            sent_at: VecDeque::with_capacity(size),
+            srtt: None,
+            rttvar: Duration::ZERO,
             backlog: VecDeque::new(),
             rto_at: None,
             rcv_next: 0,
@@ -164,6 +175,7 @@ impl Window {
     fn sent(&mut self, copy: Msg, now: Time) {
         self.snd_next += 1;
         self.unacked.push_back(copy);
+        self.sent_at.push_back(Some(now));
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
@@ -188,13 +200,19 @@ impl Window {
     fn on_ack(&mut self, wire_ack: u64, f: Fields, cx: &mut Cx<'_>) {
         let d = Self::unwrap_seq(self.snd_una, wire_ack);
         if d > 0 && d as usize <= self.unacked.len() {
+            let mut sample = None;
             for _ in 0..d {
                 if let Some(m) = self.unacked.pop_front() {
                     cx.free(m);
                 }
+                if let Some(Some(t)) = self.sent_at.pop_front() {
+                    sample = Some(cx.now().since(t));
+                }
             }
             self.snd_una += d as u64;
-            self.rto = self.cfg.rto;
+            if let Some(r) = sample {
+                self.rtt_sample(r);
+            }
             self.rto_at = if self.unacked.is_empty() {
                 None
             } else {
@@ -207,6 +225,28 @@ impl Window {
             };
             self.send_data(m, f, cx);
         }
+    }
+
+    /// RFC 6298's estimator: smoothed round trip and its variation give the timeout.
+    fn rtt_sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let diff = if s > r { s - r } else { r - s };
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+        let s = self.srtt.unwrap_or(r);
+        self.rto = (s + self.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto);
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
     }
 
     fn ack_soon(&mut self, now: Time) {
@@ -328,6 +368,7 @@ impl Layer for Window {
                 cx.set(&mut m, f.ack, self.rcv_next);
                 cx.send_down(m);
             }
+            self.sent_at.iter_mut().for_each(|t| *t = None);
             self.ack_sent();
             self.rto = (self.rto * 2).min(self.cfg.max_rto);
             self.rto_at = (!self.unacked.is_empty()).then(|| now + self.rto);
