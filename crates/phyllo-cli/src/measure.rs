@@ -5,7 +5,10 @@
 use anyhow::{anyhow, bail, Context, Result};
 use phyllo::driver::UdpDriver;
 use phyllo::harness::Pair;
+use phyllo::layers::{Checksum, Frag, Seal, Window};
+use phyllo::link::memlink::MemLink;
 use phyllo::link::udp::UdpLink;
+use phyllo::LayerSet;
 use phyllo::{Config, Connection, Role, SendError, Stats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -275,10 +278,9 @@ pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Resul
 
 /// Send + deliver cost per message over the lossless in-memory link, in nanoseconds: `count`
 /// messages, each sent by A and delivered at B (acks included), on one thread.
-pub fn stack_ns_per_msg(spec: &str, size: usize, count: u64) -> Result<f64> {
-    let mut pair = Pair::from_spec(spec)?;
+pub fn ns_per_msg<S: LayerSet>(mut pair: Pair<S>, size: usize, count: u64) -> Result<f64> {
     let data = payload(size);
-    let one = |pair: &mut Pair| -> Result<()> {
+    let one = |pair: &mut Pair<S>| -> Result<()> {
         pair.a.send(pair.now, &data)?;
         while pair.step() {}
         while let Some(m) = pair.b.poll_delivery() {
@@ -293,5 +295,37 @@ pub fn stack_ns_per_msg(spec: &str, size: usize, count: u64) -> Result<f64> {
     for _ in 0..count {
         one(&mut pair)?;
     }
+    let delivered = pair.b.stats().delivered;
+    if delivered != count + count / 10 {
+        bail!("{delivered} of {} messages delivered", count + count / 10);
+    }
     Ok(t0.elapsed().as_nanos() as f64 / count as f64)
+}
+
+/// [`ns_per_msg`] for the dynamic stack built from `spec`.
+pub fn stack_ns_per_msg(spec: &str, size: usize, count: u64) -> Result<f64> {
+    ns_per_msg(Pair::from_spec(spec)?, size, count)
+}
+
+/// The static form of `frag(1400):window(16):checksum:seal`.
+pub type Static4 = (Frag, (Window, (Checksum, (Seal, ()))));
+
+/// A pair of static 4-layer stacks over a perfect in-memory link.
+pub fn static4_pair() -> Result<Pair<Static4>> {
+    let mk = |role| {
+        Connection::new(
+            phyllo::stack!(
+                Frag::new(1400),
+                Window::new(16),
+                Checksum::new(),
+                Seal::new()
+            ),
+            Config::new(role),
+        )
+    };
+    Ok(Pair::new(
+        mk(Role::Initiator)?,
+        mk(Role::Responder)?,
+        MemLink::perfect(),
+    ))
 }
