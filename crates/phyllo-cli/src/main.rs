@@ -1,9 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-mod cmd;
-mod experiments;
-mod measure;
-mod report;
+use phyllo_cli::{cmd, report};
 
 use clap::{Parser, Subcommand};
 
