@@ -94,6 +94,8 @@ pub struct Layout {
     layer_spans: Vec<(usize, usize)>,
     /// Per layer `i`: a mask of the header bits that belong to layers above `i`.
     upper_masks: Vec<Vec<u8>>,
+    /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
+    class_spans: [(u32, u32); 4],
 }
 
 impl Layout {
@@ -166,7 +168,100 @@ impl Layout {
             order: ByteOrder::Big,
             layer_spans,
             upper_masks,
+            class_spans: [(0, 0); 4],
         })
+    }
+
+    /// The Protocol Accelerator's compact layout (seed 004 §2.1): fields are grouped by class,
+    /// not by layer. The connection-identification header comes first and is whole bytes, so
+    /// it can be left off the wire; then protocol-specific, gossip and message-specific fields
+    /// are packed bit-tight into one region, each class contiguous (so a prediction compares
+    /// or copies one bit range). Within a class, requested offsets are honoured first; the
+    /// rest go largest first into the lowest free bits, byte-aligned when alignment costs no
+    /// extra byte. Fields are written in this machine's byte order.
+    pub fn compact(specs: &[FieldSpec], layers: usize) -> Result<Layout, LayoutError> {
+        let mut locs = vec![
+            FieldLoc {
+                bit_offset: 0,
+                bits: 0
+            };
+            specs.len()
+        ];
+        let mut class_spans = [(0u32, 0u32); 4];
+        let mut base = 0u32;
+        // ConnId, then ProtoSpecific, Gossip, MsgSpecific.
+        let order = [
+            FieldClass::ConnId,
+            FieldClass::ProtoSpecific,
+            FieldClass::Gossip,
+            FieldClass::MsgSpecific,
+        ];
+        for class in order {
+            let idx: Vec<usize> = (0..specs.len())
+                .filter(|&i| specs[i].class == class)
+                .collect();
+            let placed = pack_class(specs, &idx)?;
+            let bits = placed.iter().map(|(_, l)| l.end_bit()).max().unwrap_or(0);
+            for (i, l) in placed {
+                locs[i] = FieldLoc {
+                    bit_offset: base + l.bit_offset,
+                    bits: l.bits,
+                };
+            }
+            let slot = FieldClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+            class_spans[slot] = (base, base + bits);
+            base += bits;
+            if class == FieldClass::ConnId {
+                base = base.div_ceil(8) * 8;
+            }
+        }
+        let header_len = (base as usize).div_ceil(8);
+        if header_len > MAX_HEADER {
+            return Err(LayoutError::TooLarge(header_len));
+        }
+        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        Ok(Layout {
+            locs,
+            header_len,
+            order: ByteOrder::NATIVE,
+            layer_spans: Vec::new(),
+            upper_masks,
+            class_spans,
+        })
+    }
+
+    /// The bit range `[start, end)` of a class in a compact layout (empty in per-layer ones).
+    pub fn class_span(&self, class: FieldClass) -> (u32, u32) {
+        let slot = FieldClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        self.class_spans[slot]
+    }
+
+    /// Whole bytes of connection identification at the start of a compact layout's header.
+    pub fn conn_id_len(&self) -> usize {
+        (self.class_span(FieldClass::ConnId).1 as usize).div_ceil(8)
+    }
+
+    /// A mask (one byte per header byte) of the bits of the given classes.
+    pub fn class_mask(&self, classes: &[FieldClass]) -> Vec<u8> {
+        let mut m = vec![0u8; self.header_len];
+        for &c in classes {
+            let (a, b) = self.class_span(c);
+            let mut bit = a;
+            while bit < b {
+                let n = (b - bit).min(64) as u8;
+                write_bits(
+                    &mut m,
+                    FieldLoc {
+                        bit_offset: bit,
+                        bits: n,
+                    },
+                    ByteOrder::Big,
+                    u64::MAX,
+                );
+                bit += n as u32;
+            }
+        }
+        m
     }
 
     /// A layout from explicit locations of `specs` (used by other layout compilers).
@@ -187,6 +282,7 @@ impl Layout {
             order,
             layer_spans: Vec::new(),
             upper_masks,
+            class_spans: [(0, 0); 4],
         })
     }
 
@@ -245,6 +341,79 @@ fn upper_masks(
         .collect()
 }
 
+/// Place the fields `idx` of one class: requested offsets first, then largest first, each at
+/// the lowest free bit — byte-aligned instead when that needs no more bytes in the end.
+fn pack_class(specs: &[FieldSpec], idx: &[usize]) -> Result<Vec<(usize, FieldLoc)>, LayoutError> {
+    let mut fixed = Vec::new();
+    for &i in idx.iter().filter(|&&i| specs[i].offset.is_some()) {
+        let s = &specs[i];
+        check_width(s)?;
+        let off = s.offset.unwrap_or(0);
+        let span = (off, off + s.bits as u32);
+        if fixed
+            .iter()
+            .any(|(_, l): &(usize, FieldLoc)| overlaps((l.bit_offset, l.end_bit()), span))
+        {
+            return Err(LayoutError::OffsetConflict {
+                name: s.name,
+                layer: s.layer,
+                offset: off,
+            });
+        }
+        fixed.push((
+            i,
+            FieldLoc {
+                bit_offset: off,
+                bits: s.bits,
+            },
+        ));
+    }
+    let mut free: Vec<usize> = idx
+        .iter()
+        .copied()
+        .filter(|&i| specs[i].offset.is_none())
+        .collect();
+    for &i in &free {
+        check_width(&specs[i])?;
+    }
+    // Largest first; ties keep request order.
+    free.sort_by_key(|&i| std::cmp::Reverse(specs[i].bits));
+    let place = |aligned: bool| {
+        let mut placed = fixed.clone();
+        for &i in &free {
+            let bits = specs[i].bits as u32;
+            let taken: Vec<(u32, u32)> = placed
+                .iter()
+                .map(|(_, l)| (l.bit_offset, l.end_bit()))
+                .collect();
+            let mut off = first_fit(&taken, bits);
+            if aligned && bits % 8 == 0 {
+                while off % 8 != 0 || taken.iter().any(|t| overlaps(*t, (off, off + bits))) {
+                    off += 1;
+                }
+            }
+            placed.push((
+                i,
+                FieldLoc {
+                    bit_offset: off,
+                    bits: bits as u8,
+                },
+            ));
+        }
+        placed
+    };
+    let bytes = |p: &[(usize, FieldLoc)]| {
+        (p.iter().map(|(_, l)| l.end_bit()).max().unwrap_or(0) as usize).div_ceil(8)
+    };
+    let tight = place(false);
+    let aligned = place(true);
+    Ok(if bytes(&aligned) <= bytes(&tight) {
+        aligned
+    } else {
+        tight
+    })
+}
+
 fn check_width(s: &FieldSpec) -> Result<(), LayoutError> {
     if (1..=64).contains(&s.bits) {
         Ok(())
@@ -300,6 +469,60 @@ mod tests {
         assert_eq!(m[0], 0x80);
         assert_eq!(&m[4..9], &[0xff, 0xff, 0xff, 0xff, 0xc0]);
         assert_eq!(&m[12..16], &[0, 0, 0, 0]);
+    }
+
+    fn three_layer_registry() -> FieldRegistry {
+        let mut r = FieldRegistry::new();
+        r.set_layer(0);
+        r.add_field(FieldClass::ProtoSpecific, "frag", 1, None);
+        r.set_layer(1);
+        r.add_field(FieldClass::ProtoSpecific, "kind", 2, None);
+        r.add_field(FieldClass::ProtoSpecific, "seq", 16, None);
+        r.add_field(FieldClass::Gossip, "ack", 16, None);
+        r.set_layer(2);
+        r.add_field(FieldClass::MsgSpecific, "checksum", 16, None);
+        r
+    }
+
+    #[test]
+    fn compact_layout_packs_by_class_without_padding() {
+        let r = three_layer_registry();
+        let per_layer = Layout::per_layer_aligned(r.specs(), 3, 4).unwrap();
+        let compact = Layout::compact(r.specs(), 3).unwrap();
+        assert_eq!(per_layer.header_len(), 16);
+        // 19 protocol-specific + 16 gossip + 16 message-specific bits = 51 bits.
+        assert_eq!(compact.header_len(), 7);
+        assert_eq!(compact.class_span(FieldClass::ProtoSpecific), (0, 19));
+        assert_eq!(compact.class_span(FieldClass::Gossip), (19, 35));
+        assert_eq!(compact.class_span(FieldClass::MsgSpecific), (35, 51));
+        assert_eq!(compact.conn_id_len(), 0);
+        // No two fields overlap and each lies in its class's span.
+        let locs = compact.locs();
+        for (i, a) in locs.iter().enumerate() {
+            let (s, e) = compact.class_span(r.specs()[i].class);
+            assert!(a.bit_offset >= s && a.end_bit() <= e);
+            for b in &locs[i + 1..] {
+                assert!(!overlaps((a.bit_offset, a.end_bit()), (b.bit_offset, b.end_bit())));
+            }
+        }
+        let m = compact.class_mask(&[FieldClass::ProtoSpecific]);
+        assert_eq!(&m[..3], &[0xff, 0xff, 0xe0]);
+    }
+
+    #[test]
+    fn compact_layout_aligns_when_it_costs_nothing_and_honours_offsets() {
+        let mut r = FieldRegistry::new();
+        r.add_field(FieldClass::ConnId, "id", 64, None);
+        r.add_field(FieldClass::ConnId, "flag", 3, None);
+        r.add_field(FieldClass::MsgSpecific, "len", 16, None);
+        r.add_field(FieldClass::MsgSpecific, "at5", 4, Some(20));
+        let l = Layout::compact(r.specs(), 1).unwrap();
+        assert_eq!(l.conn_id_len(), 9, "67 bits of identification in whole bytes");
+        assert_eq!(l.loc(FieldHandle(0)).bit_offset, 0);
+        // The message-specific region starts right after the conn-id bytes.
+        assert_eq!(l.loc(FieldHandle(3)).bit_offset, 72 + 20);
+        assert_eq!(l.loc(FieldHandle(2)).bit_offset % 8, 0, "16-bit field byte-aligned");
+        assert_eq!(l.header_len(), 9 + 3);
     }
 
     #[test]
