@@ -1,0 +1,433 @@
+//! The compiled form of a packet filter (seed 004 §3.3: "In case fields are conveniently
+//! aligned, the packet filter is optimized automatically using some customized instructions
+//! ... we intend to adopt [compilation into machine code] eventually").
+//!
+//! Compilation works on a verified program, so the stack depth before every op is known
+//! statically. That lets it drop the stack pointer altogether: each op is lowered to a
+//! specialised operation on fixed slots of a register file (`slots[d]` is stack entry `d`),
+//! with
+//!
+//! - field locations resolved once, and byte-aligned 8/16/32/64-bit fields turned into direct
+//!   integer loads and stores in the right byte order (one lowering per byte order, chosen at
+//!   the start of a run, so no per-op order test);
+//! - digests resolved from their ids once;
+//! - common sequences fused into one operation whose operands are read directly, without
+//!   touching the slots: `PUSH x; PUSH y; <binop>; ABORT c` (the frag layer's size check, the
+//!   checksum layer's delivery check), `PUSH x; POP_FIELD f` (the checksum layer's send
+//!   program), `PUSH x; ABORT c` and `PUSH x; <binop>`, where `PUSH` is any of
+//!   `PUSH_CONSTANT`, `PUSH_FIELD`, `PUSH_SIZE` and `DIGEST`.
+//!
+//! All of this is safe code; slot indices are masked into the array (the verifier proves the
+//! mask never changes them). The semantics are those of the reference interpreter,
+//! [`VerifiedFilter::interpret`]; the shared definitions ([`BinOp::apply`],
+//! [`Digest::compute`], [`read_bits`] / [`write_bits`] for unaligned fields) make sure of the
+//! arithmetic, and the differential tests and the fuzz target make sure of the rest.
+
+use super::digest::Digest;
+use super::program::{BinOp, Op};
+use super::verify::{Direction, VerifiedFilter, STACK_CAPACITY};
+use super::{admits, FilterCtx, Header, HeaderIo, REJECT_CONTEXT};
+use crate::field::{read_bits, write_bits, ByteOrder, FieldLoc};
+
+const MASK: usize = STACK_CAPACITY - 1;
+
+/// How to compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Fuse common op sequences into single operations (on by default; off to measure what
+    /// fusion is worth).
+    pub fuse: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions { fuse: true }
+    }
+}
+
+/// A field accessor specialised for the field's alignment, width and byte order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Acc {
+    U8(usize),
+    U16Be(usize),
+    U16Le(usize),
+    U32Be(usize),
+    U32Le(usize),
+    U64Be(usize),
+    U64Le(usize),
+    Bits(FieldLoc, ByteOrder),
+}
+
+impl Acc {
+    fn new(loc: FieldLoc, order: ByteOrder) -> Acc {
+        if loc.bit_offset % 8 != 0 {
+            return Acc::Bits(loc, order);
+        }
+        let off = (loc.bit_offset / 8) as usize;
+        match (loc.bits, order) {
+            (8, _) => Acc::U8(off),
+            (16, ByteOrder::Big) => Acc::U16Be(off),
+            (16, ByteOrder::Little) => Acc::U16Le(off),
+            (32, ByteOrder::Big) => Acc::U32Be(off),
+            (32, ByteOrder::Little) => Acc::U32Le(off),
+            (64, ByteOrder::Big) => Acc::U64Be(off),
+            (64, ByteOrder::Little) => Acc::U64Le(off),
+            _ => Acc::Bits(loc, order),
+        }
+    }
+
+    /// Read the field. Out-of-range reads (impossible after the context check) give 0.
+    #[inline(always)]
+    fn load(self, h: &[u8]) -> u64 {
+        #[inline(always)]
+        fn arr<const N: usize>(h: &[u8], o: usize) -> Option<[u8; N]> {
+            h.get(o..o + N).and_then(|s| s.try_into().ok())
+        }
+        match self {
+            Acc::U8(o) => h.get(o).map_or(0, |&b| b as u64),
+            Acc::U16Be(o) => arr(h, o).map_or(0, |w| u16::from_be_bytes(w) as u64),
+            Acc::U16Le(o) => arr(h, o).map_or(0, |w| u16::from_le_bytes(w) as u64),
+            Acc::U32Be(o) => arr(h, o).map_or(0, |w| u32::from_be_bytes(w) as u64),
+            Acc::U32Le(o) => arr(h, o).map_or(0, |w| u32::from_le_bytes(w) as u64),
+            Acc::U64Be(o) => arr(h, o).map_or(0, u64::from_be_bytes),
+            Acc::U64Le(o) => arr(h, o).map_or(0, u64::from_le_bytes),
+            Acc::Bits(loc, order) => read_bits(h, loc, order),
+        }
+    }
+
+    /// Write the field, truncating `v` to its width. Out-of-range writes (impossible after
+    /// the context check) change nothing.
+    #[inline(always)]
+    fn store(self, h: &mut [u8], v: u64) {
+        #[inline(always)]
+        fn put<const N: usize>(h: &mut [u8], o: usize, w: [u8; N]) {
+            if let Some(s) = h.get_mut(o..o + N) {
+                s.copy_from_slice(&w);
+            }
+        }
+        match self {
+            Acc::U8(o) => {
+                if let Some(b) = h.get_mut(o) {
+                    *b = v as u8;
+                }
+            }
+            Acc::U16Be(o) => put(h, o, (v as u16).to_be_bytes()),
+            Acc::U16Le(o) => put(h, o, (v as u16).to_le_bytes()),
+            Acc::U32Be(o) => put(h, o, (v as u32).to_be_bytes()),
+            Acc::U32Le(o) => put(h, o, (v as u32).to_le_bytes()),
+            Acc::U64Be(o) => put(h, o, v.to_be_bytes()),
+            Acc::U64Le(o) => put(h, o, v.to_le_bytes()),
+            Acc::Bits(loc, order) => write_bits(h, loc, order, v),
+        }
+    }
+}
+
+/// An operand read directly by a fused operation: what a push op would have pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Src {
+    Const(u64),
+    Field(Acc),
+    Size,
+    Digest(Digest),
+}
+
+impl Src {
+    #[inline(always)]
+    fn eval(self, h: &[u8], body: &[u8]) -> u64 {
+        match self {
+            Src::Const(k) => k,
+            Src::Field(acc) => acc.load(h),
+            Src::Size => body.len() as u64,
+            Src::Digest(d) => d.compute(body),
+        }
+    }
+}
+
+/// One compiled operation. `dst`/`src` are slot numbers: the stack depth at that point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum COp {
+    Const { dst: u8, k: u64 },
+    Load { dst: u8, acc: Acc },
+    Size { dst: u8 },
+    Digest { dst: u8, d: Digest },
+    Store { src: u8, acc: Acc },
+    /// `slots[dst] = op(slots[dst], slots[dst + 1])`, one variant per operation.
+    Add { dst: u8 },
+    Sub { dst: u8 },
+    And { dst: u8 },
+    Or { dst: u8 },
+    Xor { dst: u8 },
+    Shl { dst: u8 },
+    Shr { dst: u8 },
+    Eq { dst: u8 },
+    Ne { dst: u8 },
+    Lt { dst: u8 },
+    Le { dst: u8 },
+    Gt { dst: u8 },
+    Ge { dst: u8 },
+    AbortIf { src: u8, code: u64 },
+    Return(u64),
+    // Fused sequences.
+    /// `PUSH x; POP_FIELD f`.
+    StoreSrc { x: Src, acc: Acc },
+    /// `PUSH x; ABORT code`.
+    AbortIfSrc { x: Src, code: u64 },
+    /// `PUSH y; <op>`: `slots[dst] = op(slots[dst], y)`.
+    BinSrc { op: BinOp, dst: u8, y: Src },
+    /// `PUSH x; PUSH y; <op>; ABORT code`.
+    AbortBin {
+        op: BinOp,
+        x: Src,
+        y: Src,
+        code: u64,
+    },
+}
+
+/// A verified filter compiled into specialised operations (see the module docs). Made by
+/// [`VerifiedFilter::compile`]; runs with [`CompiledFilter::run`], with the same results and
+/// the same header writes as [`VerifiedFilter::interpret`].
+#[derive(Clone, Debug)]
+pub struct CompiledFilter {
+    big: Vec<COp>,
+    little: Vec<COp>,
+    header_len: usize,
+    writes: bool,
+    direction: Direction,
+    max_depth: usize,
+}
+
+impl VerifiedFilter {
+    /// Compile the filter with the default options (fusion on).
+    pub fn compile(&self) -> CompiledFilter {
+        self.compile_with(CompileOptions::default())
+    }
+
+    /// Compile the filter with `options`.
+    pub fn compile_with(&self, options: CompileOptions) -> CompiledFilter {
+        CompiledFilter {
+            big: lower(self, ByteOrder::Big, options),
+            little: lower(self, ByteOrder::Little, options),
+            header_len: self.header_len,
+            writes: self.writes,
+            direction: self.direction,
+            max_depth: self.max_depth,
+        }
+    }
+}
+
+impl CompiledFilter {
+    /// Run the filter; returns 0 to accept (fast path) or the non-zero value of the `RETURN`
+    /// or `ABORT` that rejected; send-path field writes land in `ctx`'s header. Returns
+    /// [`REJECT_CONTEXT`] if `ctx` breaks the verifier's assumptions (header too short, or
+    /// read-only while the program writes).
+    #[inline]
+    pub fn run(&self, ctx: &mut FilterCtx<'_>) -> u64 {
+        if !admits(self.header_len, self.writes, ctx) {
+            return REJECT_CONTEXT;
+        }
+        let ops = match ctx.order {
+            ByteOrder::Big => &self.big,
+            ByteOrder::Little => &self.little,
+        };
+        let body = ctx.body;
+        match &mut ctx.header {
+            Header::Writable(h) => run_ops(ops, &mut **h, body),
+            Header::ReadOnly(h) => run_ops(ops, *h, body),
+        }
+    }
+
+    /// The direction the filter was verified for.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    /// The deepest the stack gets on any execution.
+    pub fn max_stack_depth(&self) -> usize {
+        self.max_depth
+    }
+
+    /// Number of compiled operations (after fusion), for one byte order.
+    pub fn compiled_ops(&self) -> usize {
+        self.big.len()
+    }
+}
+
+#[inline(always)]
+fn bin(s: &mut [u64; STACK_CAPACITY], dst: u8, op: BinOp) {
+    let d = dst as usize;
+    s[d & MASK] = op.apply(s[d & MASK], s[(d + 1) & MASK]);
+}
+
+fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
+    let mut s = [0u64; STACK_CAPACITY];
+    for &op in ops {
+        match op {
+            COp::Const { dst, k } => s[dst as usize & MASK] = k,
+            COp::Load { dst, acc } => s[dst as usize & MASK] = acc.load(hdr.bytes()),
+            COp::Size { dst } => s[dst as usize & MASK] = body.len() as u64,
+            COp::Digest { dst, d } => s[dst as usize & MASK] = d.compute(body),
+            COp::Store { src, acc } => {
+                let v = s[src as usize & MASK];
+                if let Some(h) = hdr.bytes_mut() {
+                    acc.store(h, v);
+                }
+            }
+            COp::Add { dst } => bin(&mut s, dst, BinOp::Add),
+            COp::Sub { dst } => bin(&mut s, dst, BinOp::Sub),
+            COp::And { dst } => bin(&mut s, dst, BinOp::And),
+            COp::Or { dst } => bin(&mut s, dst, BinOp::Or),
+            COp::Xor { dst } => bin(&mut s, dst, BinOp::Xor),
+            COp::Shl { dst } => bin(&mut s, dst, BinOp::Shl),
+            COp::Shr { dst } => bin(&mut s, dst, BinOp::Shr),
+            COp::Eq { dst } => bin(&mut s, dst, BinOp::Eq),
+            COp::Ne { dst } => bin(&mut s, dst, BinOp::Ne),
+            COp::Lt { dst } => bin(&mut s, dst, BinOp::Lt),
+            COp::Le { dst } => bin(&mut s, dst, BinOp::Le),
+            COp::Gt { dst } => bin(&mut s, dst, BinOp::Gt),
+            COp::Ge { dst } => bin(&mut s, dst, BinOp::Ge),
+            COp::AbortIf { src, code } => {
+                if s[src as usize & MASK] != 0 {
+                    return code;
+                }
+            }
+            COp::Return(v) => return v,
+            COp::StoreSrc { x, acc } => {
+                let v = x.eval(hdr.bytes(), body);
+                if let Some(h) = hdr.bytes_mut() {
+                    acc.store(h, v);
+                }
+            }
+            COp::AbortIfSrc { x, code } => {
+                if x.eval(hdr.bytes(), body) != 0 {
+                    return code;
+                }
+            }
+            COp::BinSrc { op, dst, y } => {
+                let d = dst as usize & MASK;
+                s[d] = op.apply(s[d], y.eval(hdr.bytes(), body));
+            }
+            COp::AbortBin { op, x, y, code } => {
+                let h = hdr.bytes();
+                if op.apply(x.eval(h, body), y.eval(h, body)) != 0 {
+                    return code;
+                }
+            }
+        }
+    }
+    // Unreachable: a verified program ends with RETURN.
+    REJECT_CONTEXT
+}
+
+/// Lower a verified program for one byte order.
+fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<COp> {
+    let acc = |h| Acc::new(f.loc(h), order);
+    let src = |op: Op| -> Option<Src> {
+        Some(match op {
+            Op::PushConst(k) => Src::Const(k),
+            Op::PushField(h) => Src::Field(acc(h)),
+            Op::PushSize => Src::Size,
+            Op::Digest(id) => Src::Digest(id.resolve()?),
+            _ => return None,
+        })
+    };
+    let ops = &f.ops;
+    let mut out = Vec::with_capacity(ops.len());
+    // Stack depth before ops[i]; the verifier proved 0 <= depth <= STACK_CAPACITY, so it fits
+    // a u8 and (with the mask) indexes the slots.
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&op) = ops.get(i) {
+        if options.fuse {
+            if let Some(x) = src(op) {
+                let next = ops.get(i + 1).copied();
+                // PUSH x; PUSH y; <op>; ABORT code
+                if let (Some(y), Some(bin), Some(Op::Abort(code))) = (
+                    next.and_then(src),
+                    ops.get(i + 2).and_then(|o| o.binop()),
+                    ops.get(i + 3).copied(),
+                ) {
+                    out.push(COp::AbortBin {
+                        op: bin,
+                        x,
+                        y,
+                        code,
+                    });
+                    i += 4;
+                    continue;
+                }
+                let fused = match next {
+                    Some(Op::PopField(h)) => Some(COp::StoreSrc { x, acc: acc(h) }),
+                    Some(Op::Abort(code)) => Some(COp::AbortIfSrc { x, code }),
+                    Some(o) if depth >= 1 => o.binop().map(|bin| COp::BinSrc {
+                        op: bin,
+                        dst: (depth - 1) as u8,
+                        y: x,
+                    }),
+                    _ => None,
+                };
+                if let Some(c) = fused {
+                    // Every fused pair leaves the depth as it was.
+                    out.push(c);
+                    i += 2;
+                    continue;
+                }
+            }
+        }
+        let d = depth as u8;
+        out.push(match op {
+            Op::PushConst(k) => COp::Const { dst: d, k },
+            Op::PushField(h) => COp::Load { dst: d, acc: acc(h) },
+            Op::PushSize => COp::Size { dst: d },
+            Op::Digest(id) => match id.resolve() {
+                Some(dg) => COp::Digest { dst: d, d: dg },
+                // Unreachable after verification; keep the depth bookkeeping identical.
+                None => COp::Const { dst: d, k: 0 },
+            },
+            Op::PopField(h) => COp::Store {
+                src: d.wrapping_sub(1),
+                acc: acc(h),
+            },
+            Op::Abort(code) => COp::AbortIf {
+                src: d.wrapping_sub(1),
+                code,
+            },
+            Op::Return(v) => COp::Return(v),
+            Op::Add => COp::Add { dst: d.wrapping_sub(2) },
+            Op::Sub => COp::Sub { dst: d.wrapping_sub(2) },
+            Op::And => COp::And { dst: d.wrapping_sub(2) },
+            Op::Or => COp::Or { dst: d.wrapping_sub(2) },
+            Op::Xor => COp::Xor { dst: d.wrapping_sub(2) },
+            Op::Shl => COp::Shl { dst: d.wrapping_sub(2) },
+            Op::Shr => COp::Shr { dst: d.wrapping_sub(2) },
+            Op::Eq => COp::Eq { dst: d.wrapping_sub(2) },
+            Op::Ne => COp::Ne { dst: d.wrapping_sub(2) },
+            Op::Lt => COp::Lt { dst: d.wrapping_sub(2) },
+            Op::Le => COp::Le { dst: d.wrapping_sub(2) },
+            Op::Gt => COp::Gt { dst: d.wrapping_sub(2) },
+            Op::Ge => COp::Ge { dst: d.wrapping_sub(2) },
+        });
+        let (pops, pushes) = op.stack_effect();
+        depth = depth.saturating_sub(pops) + pushes;
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+impl CompiledFilter {
+    /// Whether the lowering used a direct (byte-aligned) accessor for every field access.
+    pub(super) fn all_fields_direct(&self) -> bool {
+        let direct = |a: &Acc| !matches!(a, Acc::Bits(..));
+        let src_direct = |s: &Src| match s {
+            Src::Field(a) => direct(a),
+            _ => true,
+        };
+        self.big.iter().all(|c| match c {
+            COp::Load { acc, .. } | COp::Store { acc, .. } => direct(acc),
+            COp::StoreSrc { x, acc } => src_direct(x) && direct(acc),
+            COp::AbortIfSrc { x, .. } | COp::BinSrc { y: x, .. } => src_direct(x),
+            COp::AbortBin { x, y, .. } => src_direct(x) && src_direct(y),
+            _ => true,
+        })
+    }
+}
