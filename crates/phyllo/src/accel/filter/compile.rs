@@ -146,34 +146,87 @@ impl Src {
 /// One compiled operation. `dst`/`src` are slot numbers: the stack depth at that point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum COp {
-    Const { dst: u8, k: u64 },
-    Load { dst: u8, acc: Acc },
-    Size { dst: u8 },
-    Digest { dst: u8, d: Digest },
-    Store { src: u8, acc: Acc },
+    Const {
+        dst: u8,
+        k: u64,
+    },
+    Load {
+        dst: u8,
+        acc: Acc,
+    },
+    Size {
+        dst: u8,
+    },
+    Digest {
+        dst: u8,
+        d: Digest,
+    },
+    Store {
+        src: u8,
+        acc: Acc,
+    },
     /// `slots[dst] = op(slots[dst], slots[dst + 1])`, one variant per operation.
-    Add { dst: u8 },
-    Sub { dst: u8 },
-    And { dst: u8 },
-    Or { dst: u8 },
-    Xor { dst: u8 },
-    Shl { dst: u8 },
-    Shr { dst: u8 },
-    Eq { dst: u8 },
-    Ne { dst: u8 },
-    Lt { dst: u8 },
-    Le { dst: u8 },
-    Gt { dst: u8 },
-    Ge { dst: u8 },
-    AbortIf { src: u8, code: u64 },
+    Add {
+        dst: u8,
+    },
+    Sub {
+        dst: u8,
+    },
+    And {
+        dst: u8,
+    },
+    Or {
+        dst: u8,
+    },
+    Xor {
+        dst: u8,
+    },
+    Shl {
+        dst: u8,
+    },
+    Shr {
+        dst: u8,
+    },
+    Eq {
+        dst: u8,
+    },
+    Ne {
+        dst: u8,
+    },
+    Lt {
+        dst: u8,
+    },
+    Le {
+        dst: u8,
+    },
+    Gt {
+        dst: u8,
+    },
+    Ge {
+        dst: u8,
+    },
+    AbortIf {
+        src: u8,
+        code: u64,
+    },
     Return(u64),
     // Fused sequences.
     /// `PUSH x; POP_FIELD f`.
-    StoreSrc { x: Src, acc: Acc },
+    StoreSrc {
+        x: Src,
+        acc: Acc,
+    },
     /// `PUSH x; ABORT code`.
-    AbortIfSrc { x: Src, code: u64 },
+    AbortIfSrc {
+        x: Src,
+        code: u64,
+    },
     /// `PUSH y; <op>`: `slots[dst] = op(slots[dst], y)`.
-    BinSrc { op: BinOp, dst: u8, y: Src },
+    BinSrc {
+        op: BinOp,
+        dst: u8,
+        y: Src,
+    },
     /// `PUSH x; PUSH y; <op>; ABORT code`.
     AbortBin {
         op: BinOp,
@@ -376,7 +429,10 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<C
         let d = depth as u8;
         out.push(match op {
             Op::PushConst(k) => COp::Const { dst: d, k },
-            Op::PushField(h) => COp::Load { dst: d, acc: acc(h) },
+            Op::PushField(h) => COp::Load {
+                dst: d,
+                acc: acc(h),
+            },
             Op::PushSize => COp::Size { dst: d },
             Op::Digest(id) => match id.resolve() {
                 Some(dg) => COp::Digest { dst: d, d: dg },
@@ -392,19 +448,45 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<C
                 code,
             },
             Op::Return(v) => COp::Return(v),
-            Op::Add => COp::Add { dst: d.wrapping_sub(2) },
-            Op::Sub => COp::Sub { dst: d.wrapping_sub(2) },
-            Op::And => COp::And { dst: d.wrapping_sub(2) },
-            Op::Or => COp::Or { dst: d.wrapping_sub(2) },
-            Op::Xor => COp::Xor { dst: d.wrapping_sub(2) },
-            Op::Shl => COp::Shl { dst: d.wrapping_sub(2) },
-            Op::Shr => COp::Shr { dst: d.wrapping_sub(2) },
-            Op::Eq => COp::Eq { dst: d.wrapping_sub(2) },
-            Op::Ne => COp::Ne { dst: d.wrapping_sub(2) },
-            Op::Lt => COp::Lt { dst: d.wrapping_sub(2) },
-            Op::Le => COp::Le { dst: d.wrapping_sub(2) },
-            Op::Gt => COp::Gt { dst: d.wrapping_sub(2) },
-            Op::Ge => COp::Ge { dst: d.wrapping_sub(2) },
+            Op::Add => COp::Add {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Sub => COp::Sub {
+                dst: d.wrapping_sub(2),
+            },
+            Op::And => COp::And {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Or => COp::Or {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Xor => COp::Xor {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Shl => COp::Shl {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Shr => COp::Shr {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Eq => COp::Eq {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Ne => COp::Ne {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Lt => COp::Lt {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Le => COp::Le {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Gt => COp::Gt {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Ge => COp::Ge {
+                dst: d.wrapping_sub(2),
+            },
         });
         let (pops, pushes) = op.stack_effect();
         depth = depth.saturating_sub(pops) + pushes;

@@ -52,8 +52,7 @@ mod tests;
 pub use compile::{CompileOptions, CompiledFilter};
 pub use digest::{inet_checksum, Digest, DigestId};
 pub use program::{
-    BinOp, DecodeError, FieldTable, LayerId, Op, Program, ProgramBuilder, Segment,
-    MAX_PROGRAM_OPS,
+    BinOp, DecodeError, FieldTable, LayerId, Op, Program, ProgramBuilder, Segment, MAX_PROGRAM_OPS,
 };
 pub use verify::{
     verify, verify_with, Direction, VerifiedFilter, VerifyError, VerifyLimits, STACK_CAPACITY,

@@ -638,7 +638,8 @@ mod tests {
     fn builder_concatenates_segments_and_appends_return() {
         let mut b = ProgramBuilder::new();
         b.segment(2).push(Op::PushSize).push(Op::PushConst(1400));
-        b.segment(5).extend([Op::Digest(DigestId::INET_CHECKSUM), Op::PopField(h(0))]);
+        b.segment(5)
+            .extend([Op::Digest(DigestId::INET_CHECKSUM), Op::PopField(h(0))]);
         b.segment(2).extend([Op::Gt, Op::Abort(1)]);
         let p = b.build();
         assert_eq!(

@@ -57,7 +57,8 @@ fn send_program(s: &Stack7) -> Program {
 
 fn deliver_program(s: &Stack7) -> Program {
     let mut b = ProgramBuilder::new();
-    b.segment(FRAG).extend([Op::PushField(s.frag), Op::Abort(2)]);
+    b.segment(FRAG)
+        .extend([Op::PushField(s.frag), Op::Abort(2)]);
     b.segment(CHECKSUM).extend([
         Op::Digest(DigestId::INET_CHECKSUM),
         Op::PushField(s.csum),
@@ -74,15 +75,28 @@ fn run_both(f: &VerifiedFilter, hdr: &[u8], order: ByteOrder, body: &[u8]) -> (u
         Direction::Send => f.interpret(&mut FilterCtx::send(&mut a, order, body)),
         Direction::Deliver => f.interpret(&mut FilterCtx::deliver(&a, order, body)),
     };
-    for options in [CompileOptions { fuse: true }, CompileOptions { fuse: false }] {
+    for options in [
+        CompileOptions { fuse: true },
+        CompileOptions { fuse: false },
+    ] {
         let c = f.compile_with(options);
         let mut b = hdr.to_vec();
         let rb = match f.direction() {
             Direction::Send => c.run(&mut FilterCtx::send(&mut b, order, body)),
             Direction::Deliver => c.run(&mut FilterCtx::deliver(&b, order, body)),
         };
-        assert_eq!(ra, rb, "result differs ({options:?}) for\n{}", Program::new(f.ops().to_vec()));
-        assert_eq!(a, b, "header differs ({options:?}) for\n{}", Program::new(f.ops().to_vec()));
+        assert_eq!(
+            ra,
+            rb,
+            "result differs ({options:?}) for\n{}",
+            Program::new(f.ops().to_vec())
+        );
+        assert_eq!(
+            a,
+            b,
+            "header differs ({options:?}) for\n{}",
+            Program::new(f.ops().to_vec())
+        );
     }
     (ra, a)
 }
@@ -114,7 +128,10 @@ fn checksum_and_frag_send_program() {
 
         let big = vec![7u8; 1401];
         let (r, out) = run_both(&f, &[0u8; 7], order, &big);
-        assert_eq!(r, 1, "an oversize message fails the send filter (frag layer)");
+        assert_eq!(
+            r, 1,
+            "an oversize message fails the send filter (frag layer)"
+        );
         assert_eq!(out, [0u8; 7], "and the checksum was never written");
         assert_eq!(run_both(&f, &[0u8; 7], order, &big[..1400]).0, 0);
     }
@@ -131,9 +148,16 @@ fn checksum_and_frag_delivery_program() {
         let mut hdr = [0u8; 7];
         crate::field::write_bits(&mut hdr, s.table.get(s.seq).unwrap(), order, 42);
         crate::field::write_bits(&mut hdr, s.table.get(s.kind).unwrap(), order, 5);
-        assert_eq!(send.interpret(&mut FilterCtx::send(&mut hdr, order, &body)), 0);
+        assert_eq!(
+            send.interpret(&mut FilterCtx::send(&mut hdr, order, &body)),
+            0
+        );
 
-        assert_eq!(run_both(&deliver, &hdr, order, &body).0, 0, "intact: fast path");
+        assert_eq!(
+            run_both(&deliver, &hdr, order, &body).0,
+            0,
+            "intact: fast path"
+        );
         let mut bad = body.clone();
         bad[3] ^= 0x10;
         assert_eq!(run_both(&deliver, &hdr, order, &bad).0, 3, "corrupt body");
@@ -153,7 +177,10 @@ fn a_layer_rewrites_its_segment() {
     let f = verify(&b.build(), &s.table, Direction::Send).unwrap();
     assert_eq!(run_both(&f, &[0; 7], ByteOrder::Big, &body).0, 0);
     // The path MTU dropped: the frag layer rewrites its check in post-processing.
-    b.replace_segment(FRAG, [Op::PushSize, Op::PushConst(576), Op::Gt, Op::Abort(1)]);
+    b.replace_segment(
+        FRAG,
+        [Op::PushSize, Op::PushConst(576), Op::Gt, Op::Abort(1)],
+    );
     let f = verify(&b.build(), &s.table, Direction::Send).unwrap();
     assert_eq!(run_both(&f, &[0; 7], ByteOrder::Big, &body).0, 1);
 }
@@ -166,7 +193,10 @@ fn arithmetic_wraps_and_shifts_are_masked() {
         (&[Op::PushConst(u64::MAX), Op::PushConst(2), Op::Add], 1),
         (&[Op::PushConst(1), Op::PushConst(65), Op::Shl], 2),
         (&[Op::PushConst(0x80), Op::PushConst(64 + 4), Op::Shr], 0x8),
-        (&[Op::PushConst(0b1100), Op::PushConst(0b1010), Op::Xor], 0b0110),
+        (
+            &[Op::PushConst(0b1100), Op::PushConst(0b1010), Op::Xor],
+            0b0110,
+        ),
         (&[Op::PushConst(3), Op::PushConst(5), Op::Lt], 1),
         (&[Op::PushConst(u64::MAX), Op::PushConst(5), Op::Le], 0),
         (&[Op::PushConst(5), Op::PushConst(5), Op::Ge], 1),
@@ -203,17 +233,32 @@ fn context_that_breaks_verified_assumptions_is_rejected() {
     let c = send.compile();
     let mut short = [0u8; 6];
     let order = ByteOrder::Big;
-    assert_eq!(send.interpret(&mut FilterCtx::send(&mut short, order, b"x")), REJECT_CONTEXT);
-    assert_eq!(c.run(&mut FilterCtx::send(&mut short, order, b"x")), REJECT_CONTEXT);
+    assert_eq!(
+        send.interpret(&mut FilterCtx::send(&mut short, order, b"x")),
+        REJECT_CONTEXT
+    );
+    assert_eq!(
+        c.run(&mut FilterCtx::send(&mut short, order, b"x")),
+        REJECT_CONTEXT
+    );
     // A program that writes cannot run on a read-only header ...
     let ro = [0u8; 7];
-    assert_eq!(send.interpret(&mut FilterCtx::deliver(&ro, order, b"x")), REJECT_CONTEXT);
-    assert_eq!(c.run(&mut FilterCtx::deliver(&ro, order, b"x")), REJECT_CONTEXT);
+    assert_eq!(
+        send.interpret(&mut FilterCtx::deliver(&ro, order, b"x")),
+        REJECT_CONTEXT
+    );
+    assert_eq!(
+        c.run(&mut FilterCtx::deliver(&ro, order, b"x")),
+        REJECT_CONTEXT
+    );
     // ... but a delivery program can check a writable one, and a longer header is fine.
     let deliver = verify(&deliver_program(&s), &s.table, Direction::Deliver).unwrap();
     let mut long = [0u8; 9];
     let r = deliver.interpret(&mut FilterCtx::send(&mut long, order, b""));
-    assert_eq!(r, 3, "zero checksum field does not match the empty body's 0xffff");
+    assert_eq!(
+        r, 3,
+        "zero checksum field does not match the empty body's 0xffff"
+    );
 }
 
 // ---- one verifier rejection per reason ----
@@ -276,7 +321,11 @@ fn rejects_stack_overflow() {
     };
     assert!(matches!(
         verify_with(&p, &t4(), Direction::Send, &limits),
-        Err(VerifyError::StackOverflow { at: 2, limit: 2, .. })
+        Err(VerifyError::StackOverflow {
+            at: 2,
+            limit: 2,
+            ..
+        })
     ));
 }
 
@@ -371,7 +420,7 @@ fn rejects_unknown_digest() {
 
 #[test]
 fn rejects_program_too_long() {
-    let mut ops = vec![Op::PushSize, Op::Abort(1)].repeat(MAX_PROGRAM_OPS / 2);
+    let mut ops = [Op::PushSize, Op::Abort(1)].repeat(MAX_PROGRAM_OPS / 2);
     ops.push(Op::Return(0));
     let e = verify(&Program::new(ops), &t4(), Direction::Send).unwrap_err();
     assert!(matches!(

@@ -287,7 +287,10 @@ pub fn verify_with(
                 return Err(VerifyError::UnknownDigest { at, id });
             }
             Op::Return(_) if at + 1 < ops.len() => {
-                return Err(VerifyError::UnreachableAfterReturn { at: at + 1, ret: at });
+                return Err(VerifyError::UnreachableAfterReturn {
+                    at: at + 1,
+                    ret: at,
+                });
             }
             _ => {}
         }
