@@ -313,8 +313,8 @@ fn bin(s: &mut [u64; STACK_CAPACITY], dst: u8, op: BinOp) {
 
 fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
     let mut s = [0u64; STACK_CAPACITY];
-    for &op in ops {
-        match op {
+    for op in ops {
+        match *op {
             COp::Const { dst, k } => s[dst as usize & MASK] = k,
             COp::Load { dst, acc } => s[dst as usize & MASK] = acc.load(hdr.bytes()),
             COp::Size { dst } => s[dst as usize & MASK] = body.len() as u64,

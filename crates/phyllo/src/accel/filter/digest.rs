@@ -83,35 +83,41 @@ impl Digest {
 
 /// The RFC 1071 Internet checksum of `data`.
 ///
-/// The one's complement sum is independent of the word size it is computed in (RFC 1071
-/// §2(B)), so this sums big-endian 64-bit words with end-around carry and folds the result to
-/// 16 bits: the same value as the textbook 16-bit loop, four times fewer additions.
+/// The one's complement sum does not depend on the word size nor on the byte order it is
+/// computed in, as long as the result is folded and swapped back (RFC 1071 §2(A), (B)). So
+/// this adds little-endian 32-bit words into a 64-bit accumulator, a loop the compiler
+/// vectorises, folds the sum to 16 bits and swaps the two bytes: the value of the textbook
+/// loop over big-endian 16-bit words, several times faster.
 pub fn inet_checksum(data: &[u8]) -> u16 {
-    let mut sum: u64 = 0;
-    let mut add = |w: u64| {
-        let (s, carry) = sum.overflowing_add(w);
-        // On overflow `s <= u64::MAX - 1`, so adding the carry back cannot overflow again.
-        sum = s + carry as u64;
-    };
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        add(u64::from_be_bytes(w));
+    // Blocks of at most 2^16 bytes: at most 2^14 words below 2^32 each, so a block's plain
+    // u64 sum cannot overflow; blocks are added with end-around carry.
+    let mut total: u64 = 0;
+    for block in data.chunks(1 << 16) {
+        let words = block.chunks_exact(4);
+        let rest = words.remainder();
+        let mut sum: u64 = words
+            .map(|w| {
+                let mut b = [0u8; 4];
+                b.copy_from_slice(w);
+                u32::from_le_bytes(b) as u64
+            })
+            .sum();
+        if !rest.is_empty() {
+            // Blocks and words start at even offsets, so zero padding on the right is
+            // RFC 1071's padding of an odd last byte.
+            let mut b = [0u8; 4];
+            b[..rest.len()].copy_from_slice(rest);
+            sum += u32::from_le_bytes(b) as u64;
+        }
+        let (t, carry) = total.overflowing_add(sum);
+        // On overflow `t <= u64::MAX - 1`, so adding the carry back cannot overflow again.
+        total = t + carry as u64;
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        // Chunks start at even offsets, so zero padding on the right is RFC 1071's padding of
-        // an odd last byte (and adds nothing for the whole 16-bit words before it).
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        add(u64::from_be_bytes(w));
+    while total >> 16 != 0 {
+        total = (total & 0xffff) + (total >> 16);
     }
-    let mut s = sum;
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
+    // Little-endian words sum to the byte-swapped big-endian sum.
+    !(total as u16).swap_bytes()
 }
 
 #[cfg(test)]
@@ -139,6 +145,16 @@ mod tests {
     }
 
     #[test]
+    fn long_bodies_cross_block_boundaries() {
+        let data: Vec<u8> = (0..140_001u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in [65_535, 65_536, 65_537, 140_001] {
+            assert_eq!(inet_checksum(&data[..len]), naive(&data[..len]), "{len}");
+        }
+    }
+
+    #[test]
     fn registry_ids_resolve_to_themselves() {
         for d in Digest::ALL {
             assert_eq!(d.id().resolve(), Some(d));
@@ -155,7 +171,7 @@ mod tests {
         }
 
         #[test]
-        fn all_ones_words_fold_correctly(n in 0usize..64) {
+        fn all_ones_words_fold_correctly(n in prop::sample::select(vec![0usize, 1, 2, 3, 7, 63, 65535, 65536, 65537, 131_075])) {
             let data = vec![0xffu8; n];
             prop_assert_eq!(inet_checksum(&data), naive(&data));
         }
