@@ -9,7 +9,9 @@
 //!
 //! - field locations resolved once, and byte-aligned 8/16/32/64-bit fields turned into direct
 //!   integer loads and stores in the right byte order (one lowering per byte order, chosen at
-//!   the start of a run, so no per-op order test);
+//!   the start of a run, so no per-op order test); any other field whose bits lie within a 1, 2,
+//!   4 or 8-byte window of the header becomes one load of that window, a shift and a mask (a
+//!   read-modify-write to store);
 //! - digests resolved from their ids once;
 //! - common sequences fused into one operation whose operands are read directly, without
 //!   touching the slots: `PUSH x; PUSH y; <binop>; ABORT c` (the frag layer's size check, the
@@ -55,13 +57,89 @@ enum Acc {
     U32Le(usize),
     U64Be(usize),
     U64Le(usize),
+    /// A field that is not byte-aligned but lies within a `W`-byte window (W = 1, 2, 4, 8)
+    /// of the header: one W-byte load in the header's order, a shift and a mask.
+    Win {
+        start: usize,
+        win: Win,
+        shift: u8,
+        mask: u64,
+    },
+    /// Anything else (a field spread over nine bytes, or headers too short for a window):
+    /// the general bit-level accessors.
     Bits(FieldLoc, ByteOrder),
 }
 
+/// Width and byte order of a window load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Win {
+    B1,
+    Be2,
+    Le2,
+    Be4,
+    Le4,
+    Be8,
+    Le8,
+}
+
+/// Load `N` bytes at `o` as an integer of the given order (0 if out of range).
+#[inline(always)]
+fn win_load<const N: usize>(h: &[u8], o: usize, big: bool) -> u64 {
+    let Some(a) = h.get(o..o + N) else { return 0 };
+    let mut b = [0u8; 8];
+    if big {
+        b[8 - N..].copy_from_slice(a);
+        u64::from_be_bytes(b)
+    } else {
+        b[..N].copy_from_slice(a);
+        u64::from_le_bytes(b)
+    }
+}
+
+/// Store the low `N` bytes of `v` at `o` in the given order (nothing if out of range).
+#[inline(always)]
+fn win_store<const N: usize>(h: &mut [u8], o: usize, big: bool, v: u64) {
+    let Some(a) = h.get_mut(o..o + N) else { return };
+    if big {
+        a.copy_from_slice(&v.to_be_bytes()[8 - N..]);
+    } else {
+        a.copy_from_slice(&v.to_le_bytes()[..N]);
+    }
+}
+
+impl Win {
+    #[inline(always)]
+    fn load(self, h: &[u8], o: usize) -> u64 {
+        match self {
+            Win::B1 => win_load::<1>(h, o, true),
+            Win::Be2 => win_load::<2>(h, o, true),
+            Win::Le2 => win_load::<2>(h, o, false),
+            Win::Be4 => win_load::<4>(h, o, true),
+            Win::Le4 => win_load::<4>(h, o, false),
+            Win::Be8 => win_load::<8>(h, o, true),
+            Win::Le8 => win_load::<8>(h, o, false),
+        }
+    }
+
+    #[inline(always)]
+    fn store(self, h: &mut [u8], o: usize, v: u64) {
+        match self {
+            Win::B1 => win_store::<1>(h, o, true, v),
+            Win::Be2 => win_store::<2>(h, o, true, v),
+            Win::Le2 => win_store::<2>(h, o, false, v),
+            Win::Be4 => win_store::<4>(h, o, true, v),
+            Win::Le4 => win_store::<4>(h, o, false, v),
+            Win::Be8 => win_store::<8>(h, o, true, v),
+            Win::Le8 => win_store::<8>(h, o, false, v),
+        }
+    }
+}
+
 impl Acc {
-    fn new(loc: FieldLoc, order: ByteOrder) -> Acc {
+    /// The accessor for a field at `loc` of a header of (at least) `header_len` bytes.
+    fn new(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Acc {
         if loc.bit_offset % 8 != 0 {
-            return Acc::Bits(loc, order);
+            return Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order));
         }
         let off = (loc.bit_offset / 8) as usize;
         match (loc.bits, order) {
@@ -72,8 +150,47 @@ impl Acc {
             (32, ByteOrder::Little) => Acc::U32Le(off),
             (64, ByteOrder::Big) => Acc::U64Be(off),
             (64, ByteOrder::Little) => Acc::U64Le(off),
-            _ => Acc::Bits(loc, order),
+            _ => Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order)),
         }
+    }
+
+    /// The smallest W-byte window inside the header that holds the whole field, if any.
+    ///
+    /// Read as a W-byte integer in the header's order, the window holds the field's bits
+    /// contiguously: in big-endian order bit `lead` of the window (counted from its start, most
+    /// significant first) is the field's most significant bit, so the field is
+    /// `(win >> (8W - lead - bits)) & mask`; in little-endian order it is
+    /// `(win >> lead) & mask` (see the bit numbering in [`crate::field`]).
+    fn window(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Option<Acc> {
+        let bits = loc.bits as usize;
+        if !(1..=64).contains(&bits) {
+            return None;
+        }
+        let off = loc.bit_offset as usize;
+        let first = off / 8;
+        let end = (off + bits).div_ceil(8);
+        let big = order == ByteOrder::Big;
+        for (w, win) in [
+            (1usize, Win::B1),
+            (2, if big { Win::Be2 } else { Win::Le2 }),
+            (4, if big { Win::Be4 } else { Win::Le4 }),
+            (8, if big { Win::Be8 } else { Win::Le8 }),
+        ] {
+            if end - first > w || header_len < w || end > header_len {
+                continue;
+            }
+            // Start at the field's first byte, or earlier if that would run off the header.
+            let start = first.min(header_len - w);
+            let lead = off - start * 8;
+            let shift = if big { w * 8 - lead - bits } else { lead };
+            return Some(Acc::Win {
+                start,
+                win,
+                shift: shift as u8,
+                mask: loc.max_value(),
+            });
+        }
+        None
     }
 
     /// Read the field. Out-of-range reads (impossible after the context check) give 0.
@@ -91,6 +208,12 @@ impl Acc {
             Acc::U32Le(o) => arr(h, o).map_or(0, |w| u32::from_le_bytes(w) as u64),
             Acc::U64Be(o) => arr(h, o).map_or(0, u64::from_be_bytes),
             Acc::U64Le(o) => arr(h, o).map_or(0, u64::from_le_bytes),
+            Acc::Win {
+                start,
+                win,
+                shift,
+                mask,
+            } => (win.load(h, start) >> shift) & mask,
             Acc::Bits(loc, order) => read_bits(h, loc, order),
         }
     }
@@ -117,6 +240,16 @@ impl Acc {
             Acc::U32Le(o) => put(h, o, (v as u32).to_le_bytes()),
             Acc::U64Be(o) => put(h, o, v.to_be_bytes()),
             Acc::U64Le(o) => put(h, o, v.to_le_bytes()),
+            Acc::Win {
+                start,
+                win,
+                shift,
+                mask,
+            } => {
+                let m = mask << shift;
+                let w = win.load(h, start);
+                win.store(h, start, (w & !m) | ((v << shift) & m));
+            }
             Acc::Bits(loc, order) => write_bits(h, loc, order, v),
         }
     }
@@ -373,7 +506,7 @@ fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
 
 /// Lower a verified program for one byte order.
 fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<COp> {
-    let acc = |h| Acc::new(f.loc(h), order);
+    let acc = |h| Acc::new(f.loc(h), order, f.header_len);
     let src = |op: Op| -> Option<Src> {
         Some(match op {
             Op::PushConst(k) => Src::Const(k),
@@ -511,5 +644,57 @@ impl CompiledFilter {
             COp::AbortBin { x, y, .. } => src_direct(x) && src_direct(y),
             _ => true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every accessor the lowering picks reads and writes exactly what the general bit-level
+    /// accessors do, for every field of every header up to 12 bytes, in both orders.
+    #[test]
+    fn specialised_accessors_match_read_bits_and_write_bits() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut windows, mut direct) = (0, 0);
+        for len in 1usize..=12 {
+            for off in 0..len as u32 * 8 {
+                for bits in 1u8..=64 {
+                    let loc = FieldLoc {
+                        bit_offset: off,
+                        bits,
+                    };
+                    if off as usize + bits as usize > len * 8 {
+                        continue;
+                    }
+                    for order in [ByteOrder::Big, ByteOrder::Little] {
+                        let acc = Acc::new(loc, order, len);
+                        match acc {
+                            Acc::Win { .. } => windows += 1,
+                            Acc::Bits(..) => {}
+                            _ => direct += 1,
+                        }
+                        let hdr: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                        assert_eq!(
+                            acc.load(&hdr),
+                            read_bits(&hdr, loc, order),
+                            "{loc:?} {order:?}"
+                        );
+                        let v = next();
+                        let (mut a, mut b) = (hdr.clone(), hdr);
+                        acc.store(&mut a, v);
+                        write_bits(&mut b, loc, order, v);
+                        assert_eq!(a, b, "{loc:?} {order:?} {acc:?}");
+                    }
+                }
+            }
+        }
+        assert!(windows > 10_000 && direct > 50, "{windows} {direct}");
     }
 }

@@ -39,6 +39,29 @@
 //!
 //! Programs have a byte encoding ([`Program::encode`], [`Program::decode`]) for tools and
 //! fuzzing.
+//!
+//! ```
+//! use phyllo::accel::filter::{verify, DigestId, Direction, FieldTable, FilterCtx, Op, ProgramBuilder};
+//! use phyllo::field::{ByteOrder, FieldLoc};
+//!
+//! // A 7-byte header whose last two bytes hold the checksum layer's 16-bit field.
+//! let mut table = FieldTable::new(7, Vec::new());
+//! let csum = table.push(FieldLoc { bit_offset: 40, bits: 16 });
+//!
+//! // Send filter: the frag layer rejects oversize bodies, the checksum layer fills its field.
+//! let mut send = ProgramBuilder::new();
+//! send.segment(1).extend([Op::PushSize, Op::PushConst(1400), Op::Gt, Op::Abort(1)]);
+//! send.segment(2).extend([Op::Digest(DigestId::INET_CHECKSUM), Op::PopField(csum)]);
+//! let filter = verify(&send.build(), &table, Direction::Send)?.compile();
+//!
+//! let mut header = [0u8; 7];
+//! let accepted = filter.run(&mut FilterCtx::send(&mut header, ByteOrder::Big, b"8 bytes!"));
+//! assert_eq!(accepted, 0); // 0: take the fast path
+//! assert_ne!(header[5..7], [0, 0]);
+//! let big = vec![0u8; 2000];
+//! assert_eq!(filter.run(&mut FilterCtx::send(&mut header, ByteOrder::Big, &big)), 1);
+//! # Ok::<(), phyllo::accel::filter::VerifyError>(())
+//! ```
 
 mod compile;
 mod digest;

@@ -217,7 +217,8 @@ impl FieldTable {
         }
     }
 
-    /// Add a field and return its handle.
+    /// Add a field and return its handle. (Handles are 16-bit: a program can name at most
+    /// the first 65 536 fields of a table.)
     pub fn push(&mut self, loc: FieldLoc) -> FieldHandle {
         self.locs.push(loc);
         FieldHandle::from_index(self.locs.len() - 1)
