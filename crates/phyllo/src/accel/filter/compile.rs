@@ -31,7 +31,11 @@ use super::verify::{Direction, VerifiedFilter, STACK_CAPACITY};
 use super::{admits, FilterCtx, Header, HeaderIo, REJECT_CONTEXT};
 use crate::field::{read_bits, write_bits, ByteOrder, FieldLoc};
 
-const MASK: usize = STACK_CAPACITY - 1;
+/// Register files of at most this many slots are used for programs whose unfused ops stay
+/// this shallow (most do: fusion leaves few ops on the slots), so each run clears 32 bytes
+/// instead of `8 * STACK_CAPACITY`.
+const SMALL_SLOTS: usize = 4;
+const _: () = assert!(SMALL_SLOTS.is_power_of_two() && STACK_CAPACITY.is_power_of_two());
 
 /// How to compile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -375,6 +379,8 @@ enum COp {
 #[derive(Clone, Debug)]
 pub struct CompiledFilter {
     big: Vec<COp>,
+    /// Slots of the register file the ops use (the same for both orders).
+    slots: usize,
     little: Vec<COp>,
     header_len: usize,
     writes: bool,
@@ -391,8 +397,9 @@ impl VerifiedFilter {
     /// Compile the filter with `options`.
     pub fn compile_with(&self, options: CompileOptions) -> CompiledFilter {
         CompiledFilter {
-            big: lower(self, ByteOrder::Big, options),
-            little: lower(self, ByteOrder::Little, options),
+            big: lower(self, ByteOrder::Big, options).0,
+            little: lower(self, ByteOrder::Little, options).0,
+            slots: lower(self, ByteOrder::Big, options).1,
             header_len: self.header_len,
             writes: self.writes,
             direction: self.direction,
@@ -417,8 +424,14 @@ impl CompiledFilter {
         };
         let body = ctx.body;
         match &mut ctx.header {
-            Header::Writable(h) => run_ops(ops, &mut **h, body),
-            Header::ReadOnly(h) => run_ops(ops, *h, body),
+            Header::Writable(h) if self.slots <= SMALL_SLOTS => {
+                run_ops::<_, SMALL_SLOTS>(ops, &mut **h, body)
+            }
+            Header::ReadOnly(h) if self.slots <= SMALL_SLOTS => {
+                run_ops::<_, SMALL_SLOTS>(ops, *h, body)
+            }
+            Header::Writable(h) => run_ops::<_, STACK_CAPACITY>(ops, &mut **h, body),
+            Header::ReadOnly(h) => run_ops::<_, STACK_CAPACITY>(ops, *h, body),
         }
     }
 
@@ -438,41 +451,47 @@ impl CompiledFilter {
     }
 }
 
+/// `s[dst] = op(s[dst], s[dst + 1])`.
 #[inline(always)]
-fn bin(s: &mut [u64; STACK_CAPACITY], dst: u8, op: BinOp) {
+fn bin<const N: usize>(s: &mut [u64; N], dst: u8, op: BinOp) {
     let d = dst as usize;
-    s[d & MASK] = op.apply(s[d & MASK], s[(d + 1) & MASK]);
+    s[d & (N - 1)] = op.apply(s[d & (N - 1)], s[(d + 1) & (N - 1)]);
 }
 
-fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
-    let mut s = [0u64; STACK_CAPACITY];
+/// Run compiled ops on a register file of `N` slots. `N` is a power of two no smaller than
+/// the deepest slot the ops use (established by [`lower`] from the verified depths), so
+/// masking a slot index with `N - 1` never changes it and keeps every access provably in
+/// bounds.
+fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
+    let mut s = [0u64; N];
+    let mask = N - 1;
     for op in ops {
         match *op {
-            COp::Const { dst, k } => s[dst as usize & MASK] = k,
-            COp::Load { dst, acc } => s[dst as usize & MASK] = acc.load(hdr.bytes()),
-            COp::Size { dst } => s[dst as usize & MASK] = body.len() as u64,
-            COp::Digest { dst, d } => s[dst as usize & MASK] = d.compute(body),
+            COp::Const { dst, k } => s[dst as usize & mask] = k,
+            COp::Load { dst, acc } => s[dst as usize & mask] = acc.load(hdr.bytes()),
+            COp::Size { dst } => s[dst as usize & mask] = body.len() as u64,
+            COp::Digest { dst, d } => s[dst as usize & mask] = d.compute(body),
             COp::Store { src, acc } => {
-                let v = s[src as usize & MASK];
+                let v = s[src as usize & mask];
                 if let Some(h) = hdr.bytes_mut() {
                     acc.store(h, v);
                 }
             }
-            COp::Add { dst } => bin(&mut s, dst, BinOp::Add),
-            COp::Sub { dst } => bin(&mut s, dst, BinOp::Sub),
-            COp::And { dst } => bin(&mut s, dst, BinOp::And),
-            COp::Or { dst } => bin(&mut s, dst, BinOp::Or),
-            COp::Xor { dst } => bin(&mut s, dst, BinOp::Xor),
-            COp::Shl { dst } => bin(&mut s, dst, BinOp::Shl),
-            COp::Shr { dst } => bin(&mut s, dst, BinOp::Shr),
-            COp::Eq { dst } => bin(&mut s, dst, BinOp::Eq),
-            COp::Ne { dst } => bin(&mut s, dst, BinOp::Ne),
-            COp::Lt { dst } => bin(&mut s, dst, BinOp::Lt),
-            COp::Le { dst } => bin(&mut s, dst, BinOp::Le),
-            COp::Gt { dst } => bin(&mut s, dst, BinOp::Gt),
-            COp::Ge { dst } => bin(&mut s, dst, BinOp::Ge),
+            COp::Add { dst } => bin::<N>(&mut s, dst, BinOp::Add),
+            COp::Sub { dst } => bin::<N>(&mut s, dst, BinOp::Sub),
+            COp::And { dst } => bin::<N>(&mut s, dst, BinOp::And),
+            COp::Or { dst } => bin::<N>(&mut s, dst, BinOp::Or),
+            COp::Xor { dst } => bin::<N>(&mut s, dst, BinOp::Xor),
+            COp::Shl { dst } => bin::<N>(&mut s, dst, BinOp::Shl),
+            COp::Shr { dst } => bin::<N>(&mut s, dst, BinOp::Shr),
+            COp::Eq { dst } => bin::<N>(&mut s, dst, BinOp::Eq),
+            COp::Ne { dst } => bin::<N>(&mut s, dst, BinOp::Ne),
+            COp::Lt { dst } => bin::<N>(&mut s, dst, BinOp::Lt),
+            COp::Le { dst } => bin::<N>(&mut s, dst, BinOp::Le),
+            COp::Gt { dst } => bin::<N>(&mut s, dst, BinOp::Gt),
+            COp::Ge { dst } => bin::<N>(&mut s, dst, BinOp::Ge),
             COp::AbortIf { src, code } => {
-                if s[src as usize & MASK] != 0 {
+                if s[src as usize & mask] != 0 {
                     return code;
                 }
             }
@@ -489,7 +508,7 @@ fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
                 }
             }
             COp::BinSrc { op, dst, y } => {
-                let d = dst as usize & MASK;
+                let d = dst as usize & mask;
                 s[d] = op.apply(s[d], y.eval(hdr.bytes(), body));
             }
             COp::AbortBin { op, x, y, code } => {
@@ -504,8 +523,9 @@ fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
     REJECT_CONTEXT
 }
 
-/// Lower a verified program for one byte order.
-fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<COp> {
+/// Lower a verified program for one byte order; also returns how many slots the compiled
+/// ops touch (at most the verified maximum depth).
+fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> (Vec<COp>, usize) {
     let acc = |h| Acc::new(f.loc(h), order, f.header_len);
     let src = |op: Op| -> Option<Src> {
         Some(match op {
@@ -521,6 +541,7 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<C
     // Stack depth before ops[i]; the verifier proved 0 <= depth <= STACK_CAPACITY, so it fits
     // a u8 and (with the mask) indexes the slots.
     let mut depth = 0usize;
+    let mut slots = 0usize;
     let mut i = 0;
     while let Some(&op) = ops.get(i) {
         if options.fuse {
@@ -622,10 +643,12 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> Vec<C
             },
         });
         let (pops, pushes) = op.stack_effect();
+        // Slots this op touches: those it pops (below `depth`) and pushes.
+        slots = slots.max(depth).max(depth.saturating_sub(pops) + pushes);
         depth = depth.saturating_sub(pops) + pushes;
         i += 1;
     }
-    out
+    (out, slots)
 }
 
 #[cfg(test)]
