@@ -15,7 +15,8 @@
 //! - digests resolved from their ids once;
 //! - common sequences fused into one operation whose operands are read directly, without
 //!   touching the slots: `PUSH x; PUSH y; <binop>; ABORT c` (the frag layer's size check, the
-//!   checksum layer's delivery check), `PUSH x; POP_FIELD f` (the checksum layer's send
+//!   checksum layer's delivery check; when one operand is a constant and the operation a
+//!   comparison, it becomes a single range test), `PUSH x; POP_FIELD f` (the checksum layer's send
 //!   program), `PUSH x; ABORT c` and `PUSH x; <binop>`, where `PUSH` is any of
 //!   `PUSH_CONSTANT`, `PUSH_FIELD`, `PUSH_SIZE` and `DIGEST`.
 //!
@@ -364,6 +365,17 @@ enum COp {
         dst: u8,
         y: Src,
     },
+    /// `PUSH x; PUSH_CONSTANT k; <cmp>; ABORT code` (or the mirror image): abort if
+    /// `(x - lo) <= span` (wrapping) differs from `invert`, i.e. if `x` lies in (or, inverted,
+    /// outside) `[lo, lo + span]`. Every unsigned comparison with a constant is such a test,
+    /// so this replaces the comparison's dispatch with one subtraction and one compare.
+    AbortRange {
+        x: Src,
+        lo: u64,
+        span: u64,
+        invert: bool,
+        code: u64,
+    },
     /// `PUSH x; PUSH y; <op>; ABORT code`.
     AbortBin {
         op: BinOp,
@@ -511,6 +523,17 @@ fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &[u8]) ->
                 let d = dst as usize & mask;
                 s[d] = op.apply(s[d], y.eval(hdr.bytes(), body));
             }
+            COp::AbortRange {
+                x,
+                lo,
+                span,
+                invert,
+                code,
+            } => {
+                if (x.eval(hdr.bytes(), body).wrapping_sub(lo) <= span) != invert {
+                    return code;
+                }
+            }
             COp::AbortBin { op, x, y, code } => {
                 let h = hdr.bytes();
                 if op.apply(x.eval(h, body), y.eval(h, body)) != 0 {
@@ -521,6 +544,47 @@ fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &[u8]) ->
     }
     // Unreachable: a verified program ends with RETURN.
     REJECT_CONTEXT
+}
+
+/// `PUSH x; PUSH y; <cmp>; ABORT code` as a range test, if `cmp` is a comparison and one
+/// operand is a constant.
+fn abort_range(op: BinOp, x: Src, y: Src, code: u64) -> Option<COp> {
+    // Normalise to `v <op> k` with the constant on the right.
+    let (v, op, k) = match (x, y) {
+        (_, Src::Const(k)) => (x, op, k),
+        (Src::Const(k), _) => {
+            let mirrored = match op {
+                BinOp::Lt => BinOp::Gt,
+                BinOp::Le => BinOp::Ge,
+                BinOp::Gt => BinOp::Lt,
+                BinOp::Ge => BinOp::Le,
+                other => other,
+            };
+            (y, mirrored, k)
+        }
+        _ => return None,
+    };
+    // (lo, hi, invert): the test is true iff v is in [lo, hi], xor invert. `never` is the
+    // full range inverted.
+    let never = (0, u64::MAX, true);
+    let (lo, hi, invert) = match op {
+        BinOp::Eq => (k, k, false),
+        BinOp::Ne => (k, k, true),
+        BinOp::Lt if k == 0 => never,
+        BinOp::Lt => (0, k - 1, false),
+        BinOp::Le => (0, k, false),
+        BinOp::Gt if k == u64::MAX => never,
+        BinOp::Gt => (k + 1, u64::MAX, false),
+        BinOp::Ge => (k, u64::MAX, false),
+        _ => return None,
+    };
+    Some(COp::AbortRange {
+        x: v,
+        lo,
+        span: hi - lo,
+        invert,
+        code,
+    })
 }
 
 /// Lower a verified program for one byte order; also returns how many slots the compiled
@@ -553,12 +617,12 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> (Vec<
                     ops.get(i + 2).and_then(|o| o.binop()),
                     ops.get(i + 3).copied(),
                 ) {
-                    out.push(COp::AbortBin {
+                    out.push(abort_range(bin, x, y, code).unwrap_or(COp::AbortBin {
                         op: bin,
                         x,
                         y,
                         code,
-                    });
+                    }));
                     i += 4;
                     continue;
                 }
@@ -665,6 +729,7 @@ impl CompiledFilter {
             COp::StoreSrc { x, acc } => src_direct(x) && direct(acc),
             COp::AbortIfSrc { x, .. } | COp::BinSrc { y: x, .. } => src_direct(x),
             COp::AbortBin { x, y, .. } => src_direct(x) && src_direct(y),
+            COp::AbortRange { x, .. } => src_direct(x),
             _ => true,
         })
     }

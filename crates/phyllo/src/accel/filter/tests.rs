@@ -609,3 +609,31 @@ proptest! {
         prop_assert_eq!(verify(&q, &table, dir).is_ok(), verify(&p, &table, dir).is_ok());
     }
 }
+
+/// The compiled form turns comparisons with a constant into range tests: check every
+/// comparison at the edges of the value range, with the constant on either side.
+#[test]
+fn comparisons_with_constants_at_the_edges() {
+    let t = FieldTable::new(8, vec![loc(0, 64)]);
+    let edges = [0, 1, 4, 5, 6, u64::MAX - 1, u64::MAX];
+    let cmps = [Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge];
+    for cmp in cmps {
+        for k in edges {
+            for v in edges {
+                for const_first in [false, true] {
+                    let (a, b) = if const_first {
+                        (Op::PushConst(k), Op::PushField(h(0)))
+                    } else {
+                        (Op::PushField(h(0)), Op::PushConst(k))
+                    };
+                    let p = Program::new(vec![a, b, cmp, Op::Abort(9), Op::Return(0)]);
+                    let f = verify(&p, &t, Direction::Deliver).unwrap();
+                    let (x, y) = if const_first { (k, v) } else { (v, k) };
+                    let want = cmp.binop().unwrap().apply(x, y) * 9;
+                    let (r, _) = run_both(&f, &v.to_be_bytes(), ByteOrder::Big, &[]);
+                    assert_eq!(r, want, "{cmp} k={k} v={v} const_first={const_first}");
+                }
+            }
+        }
+    }
+}
