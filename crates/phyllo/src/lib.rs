@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accel;
 pub mod conn;
 pub mod driver;
 pub mod field;
