@@ -57,7 +57,11 @@ fn rtt(c: &mut Criterion) {
     let mut raw = Vec::new();
     let mut ph = Vec::new();
     for _ in 0..3 {
-        raw.extend(raw_pingpong(&PingPongConfig::new(5000, 8)).unwrap().samples_ns);
+        raw.extend(
+            raw_pingpong(&PingPongConfig::new(5000, 8))
+                .unwrap()
+                .samples_ns,
+        );
         ph.extend(rtt_udp(SPEC4, 8, 5000, true).unwrap().samples_ns);
     }
     let (r, p) = (

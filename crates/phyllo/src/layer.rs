@@ -181,6 +181,12 @@ impl<'a> Packet<'a> {
         self.layer
     }
 
+    /// The byte order of the header.
+    #[inline]
+    pub fn order(&self) -> ByteOrder {
+        self.order
+    }
+
     /// Ask for a copy of the message as it is now (header area and body) in this layer's
     /// post-phase ([`Handoff::Passed`]). Lower layers may still transform the message (e.g.
     /// encrypt it); the copy is taken before they do. Copying is not a state change.

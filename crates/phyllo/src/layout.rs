@@ -10,6 +10,10 @@
 use crate::field::{write_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc, FieldSpec};
 use thiserror::Error;
 
+/// The layer index under which the Protocol Accelerator registers its own fields: above
+/// every layer, so checksums cover them.
+pub const ACCEL_LAYER: usize = usize::MAX;
+
 /// The largest header area a layout may produce, in bytes.
 pub const MAX_HEADER: usize = 256;
 
@@ -92,8 +96,8 @@ pub struct Layout {
     order: ByteOrder,
     /// Byte range of each layer's own header (per-layer layouts) for listings.
     layer_spans: Vec<(usize, usize)>,
-    /// Per layer `i`: a mask of the header bits that belong to layers above `i`.
-    upper_masks: Vec<Vec<u8>>,
+    /// Per layer `i`: the fields of the layers above `i` (and of the accelerator).
+    upper_fields: Vec<Vec<FieldLoc>>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
     class_spans: [(u32, u32); 4],
 }
@@ -161,13 +165,13 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        let upper_fields = upper_fields(specs, &locs, layers);
         Ok(Layout {
             locs,
             header_len,
             order: ByteOrder::Big,
             layer_spans,
-            upper_masks,
+            upper_fields,
             class_spans: [(0, 0); 4],
         })
     }
@@ -208,7 +212,10 @@ impl Layout {
                     bits: l.bits,
                 };
             }
-            let slot = FieldClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+            let slot = FieldClass::ALL
+                .iter()
+                .position(|c| *c == class)
+                .unwrap_or(0);
             class_spans[slot] = (base, base + bits);
             base += bits;
             if class == FieldClass::ConnId {
@@ -219,20 +226,29 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        let upper_fields = upper_fields(specs, &locs, layers);
         Ok(Layout {
             locs,
             header_len,
             order: ByteOrder::NATIVE,
             layer_spans: Vec::new(),
-            upper_masks,
+            upper_fields,
             class_spans,
         })
     }
 
+    /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
+    /// cover with a checksum, since lower layers write their fields after it.
+    pub fn upper_fields(&self, layer: usize) -> &[FieldLoc] {
+        self.upper_fields.get(layer).map_or(&[], |m| m.as_slice())
+    }
+
     /// The bit range `[start, end)` of a class in a compact layout (empty in per-layer ones).
     pub fn class_span(&self, class: FieldClass) -> (u32, u32) {
-        let slot = FieldClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        let slot = FieldClass::ALL
+            .iter()
+            .position(|c| *c == class)
+            .unwrap_or(0);
         self.class_spans[slot]
     }
 
@@ -275,22 +291,15 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_masks = upper_masks(specs, &locs, layers, header_len);
+        let upper_fields = upper_fields(specs, &locs, layers);
         Ok(Layout {
             locs,
             header_len,
             order,
             layer_spans: Vec::new(),
-            upper_masks,
+            upper_fields,
             class_spans: [(0, 0); 4],
         })
-    }
-
-    /// A mask (one byte per header byte) of the bits that belong to fields of the layers
-    /// above `layer`: what a layer may cover with a checksum, since lower layers write their
-    /// fields after it.
-    pub fn upper_mask(&self, layer: usize) -> &[u8] {
-        self.upper_masks.get(layer).map_or(&[], |m| m.as_slice())
     }
 
     /// Where the field behind `h` lives.
@@ -322,21 +331,15 @@ impl Layout {
     }
 }
 
-fn upper_masks(
-    specs: &[FieldSpec],
-    locs: &[FieldLoc],
-    layers: usize,
-    header_len: usize,
-) -> Vec<Vec<u8>> {
+fn upper_fields(specs: &[FieldSpec], locs: &[FieldLoc], layers: usize) -> Vec<Vec<FieldLoc>> {
     (0..layers)
         .map(|layer| {
-            let mut m = vec![0u8; header_len];
-            for (s, l) in specs.iter().zip(locs) {
-                if s.layer < layer {
-                    write_bits(&mut m, *l, ByteOrder::Big, u64::MAX);
-                }
-            }
-            m
+            specs
+                .iter()
+                .zip(locs)
+                .filter(|(s, _)| s.layer < layer || s.layer == ACCEL_LAYER)
+                .map(|(_, l)| *l)
+                .collect()
         })
         .collect()
 }
@@ -465,10 +468,7 @@ mod tests {
         assert_eq!(l.loc(c).bit_offset, 96);
         assert_eq!(l.layer_spans(), &[(0, 4), (4, 12), (12, 16)]);
         // The checksum layer (2) covers the fields of layers 0 and 1, not its own.
-        let m = l.upper_mask(2);
-        assert_eq!(m[0], 0x80);
-        assert_eq!(&m[4..9], &[0xff, 0xff, 0xff, 0xff, 0xc0]);
-        assert_eq!(&m[12..16], &[0, 0, 0, 0]);
+        assert_eq!(l.upper_fields(2), &[l.loc(f), l.loc(k), l.loc(s), l.loc(a)]);
     }
 
     fn three_layer_registry() -> FieldRegistry {
@@ -502,7 +502,10 @@ mod tests {
             let (s, e) = compact.class_span(r.specs()[i].class);
             assert!(a.bit_offset >= s && a.end_bit() <= e);
             for b in &locs[i + 1..] {
-                assert!(!overlaps((a.bit_offset, a.end_bit()), (b.bit_offset, b.end_bit())));
+                assert!(!overlaps(
+                    (a.bit_offset, a.end_bit()),
+                    (b.bit_offset, b.end_bit())
+                ));
             }
         }
         let m = compact.class_mask(&[FieldClass::ProtoSpecific]);
@@ -517,11 +520,19 @@ mod tests {
         r.add_field(FieldClass::MsgSpecific, "len", 16, None);
         r.add_field(FieldClass::MsgSpecific, "at5", 4, Some(20));
         let l = Layout::compact(r.specs(), 1).unwrap();
-        assert_eq!(l.conn_id_len(), 9, "67 bits of identification in whole bytes");
+        assert_eq!(
+            l.conn_id_len(),
+            9,
+            "67 bits of identification in whole bytes"
+        );
         assert_eq!(l.loc(FieldHandle(0)).bit_offset, 0);
         // The message-specific region starts right after the conn-id bytes.
         assert_eq!(l.loc(FieldHandle(3)).bit_offset, 72 + 20);
-        assert_eq!(l.loc(FieldHandle(2)).bit_offset % 8, 0, "16-bit field byte-aligned");
+        assert_eq!(
+            l.loc(FieldHandle(2)).bit_offset % 8,
+            0,
+            "16-bit field byte-aligned"
+        );
         assert_eq!(l.header_len(), 9 + 3);
     }
 

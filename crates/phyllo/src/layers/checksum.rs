@@ -3,9 +3,11 @@
 //! Seed 004 §2.1 names the checksum as the typical message-specific field: it depends on the
 //! message, not on protocol state. The 16-bit field covers the header fields of every layer
 //! above it and the body, so a corrupted sequence number is caught as surely as a corrupted
-//! payload byte. (Fields of layers below are written after it, as in any layered stack.)
+//! payload byte. (Fields of layers below are written after it, as in any layered stack.) The
+//! covered fields are summed in a canonical big-endian image, so the value does not depend on
+//! the sender's byte order.
 
-use crate::field::{FieldClass, FieldHandle};
+use crate::field::{read_bits, write_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::{FieldRegistry, MAX_HEADER};
@@ -67,17 +69,26 @@ impl Checksum {
         Checksum::default()
     }
 
-    /// The checksum over the header bits of the layers above (lower layers write their fields
-    /// after this one) and the body.
     fn compute(&self, pkt: &Packet<'_>) -> u16 {
-        let header = pkt.header();
-        let mask = pkt.layout().upper_mask(pkt.layer());
-        let mut hdr = [0u8; MAX_HEADER];
-        for ((d, s), m) in hdr.iter_mut().zip(header).zip(mask) {
-            *d = s & m;
-        }
-        internet_checksum(&[&hdr[..header.len()], pkt.body()])
+        covered_checksum(
+            pkt.header(),
+            pkt.order(),
+            pkt.layout().upper_fields(pkt.layer()),
+            pkt.body(),
+        )
     }
+}
+
+/// The checksum over the `fields` of `header` (read in `order`) and the body. The fields are
+/// copied into a big-endian image of the header first, so the result does not depend on the
+/// sender's byte order: a receiver that converts the header computes the same value.
+pub fn covered_checksum(header: &[u8], order: ByteOrder, fields: &[FieldLoc], body: &[u8]) -> u16 {
+    let mut img = [0u8; MAX_HEADER];
+    let img = &mut img[..header.len().min(MAX_HEADER)];
+    for &l in fields {
+        write_bits(img, l, ByteOrder::Big, read_bits(header, l, order));
+    }
+    internet_checksum(&[img, body])
 }
 
 impl Layer for Checksum {

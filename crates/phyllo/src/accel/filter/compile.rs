@@ -26,7 +26,7 @@
 //! [`Digest::compute`], [`read_bits`] / [`write_bits`] for unaligned fields) make sure of the
 //! arithmetic, and the differential tests and the fuzz target make sure of the rest.
 
-use super::digest::Digest;
+use super::digest::{Digest, DigestIn};
 use super::program::{BinOp, Op};
 use super::verify::{Direction, VerifiedFilter, STACK_CAPACITY};
 use super::{admits, FilterCtx, Header, HeaderIo, REJECT_CONTEXT};
@@ -271,12 +271,12 @@ enum Src {
 
 impl Src {
     #[inline(always)]
-    fn eval(self, h: &[u8], body: &[u8]) -> u64 {
+    fn eval(self, h: &[u8], body: &DigestIn<'_>) -> u64 {
         match self {
             Src::Const(k) => k,
             Src::Field(acc) => acc.load(h),
-            Src::Size => body.len() as u64,
-            Src::Digest(d) => d.compute(body),
+            Src::Size => body.body.len() as u64,
+            Src::Digest(d) => d.compute_in(h, body),
         }
     }
 }
@@ -398,6 +398,7 @@ pub struct CompiledFilter {
     writes: bool,
     direction: Direction,
     max_depth: usize,
+    cover: Vec<crate::field::FieldLoc>,
 }
 
 impl VerifiedFilter {
@@ -416,6 +417,7 @@ impl VerifiedFilter {
             writes: self.writes,
             direction: self.direction,
             max_depth: self.max_depth,
+            cover: self.cover.clone(),
         }
     }
 }
@@ -434,7 +436,11 @@ impl CompiledFilter {
             ByteOrder::Big => &self.big,
             ByteOrder::Little => &self.little,
         };
-        let body = ctx.body;
+        let body = &DigestIn {
+            body: ctx.body,
+            order: ctx.order,
+            cover: &self.cover,
+        };
         match &mut ctx.header {
             Header::Writable(h) if self.slots <= SMALL_SLOTS => {
                 run_ops::<_, SMALL_SLOTS>(ops, &mut **h, body)
@@ -474,15 +480,15 @@ fn bin<const N: usize>(s: &mut [u64; N], dst: u8, op: BinOp) {
 /// the deepest slot the ops use (established by [`lower`] from the verified depths), so
 /// masking a slot index with `N - 1` never changes it and keeps every access provably in
 /// bounds.
-fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &[u8]) -> u64 {
+fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &DigestIn<'_>) -> u64 {
     let mut s = [0u64; N];
     let mask = N - 1;
     for op in ops {
         match *op {
             COp::Const { dst, k } => s[dst as usize & mask] = k,
             COp::Load { dst, acc } => s[dst as usize & mask] = acc.load(hdr.bytes()),
-            COp::Size { dst } => s[dst as usize & mask] = body.len() as u64,
-            COp::Digest { dst, d } => s[dst as usize & mask] = d.compute(body),
+            COp::Size { dst } => s[dst as usize & mask] = body.body.len() as u64,
+            COp::Digest { dst, d } => s[dst as usize & mask] = d.compute_in(hdr.bytes(), body),
             COp::Store { src, acc } => {
                 let v = s[src as usize & mask];
                 if let Some(h) = hdr.bytes_mut() {

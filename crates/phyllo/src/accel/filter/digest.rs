@@ -6,9 +6,10 @@
 //! rejects an id that names no registered digest (`VerifyError::UnknownDigest`), so a
 //! verified program only ever computes digests that exist.
 //!
-//! Every digest is a pure function of the message body: it never sees the header, so a send
-//! filter may compute a digest and write it into a header field (`POP_FIELD`) without the
-//! write changing the digest.
+//! Every digest but the covered checksum is a pure function of the message body; the covered
+//! checksum also reads a fixed list of header fields (the cover), never the one it is written
+//! to, so a send filter may compute a digest and write it into a header field (`POP_FIELD`)
+//! without the write changing the digest.
 
 use std::fmt;
 
@@ -24,6 +25,8 @@ impl DigestId {
     pub const INET_CHECKSUM: DigestId = DigestId(0);
     /// The length of the body in bytes ([`Digest::BodyLen`]).
     pub const BODY_LEN: DigestId = DigestId(1);
+    /// The covered Internet checksum ([`Digest::InetChecksumCovered`]).
+    pub const INET_CHECKSUM_COVERED: DigestId = DigestId(2);
 
     /// The registered digest this id names, if any.
     pub fn resolve(self) -> Option<Digest> {
@@ -49,17 +52,37 @@ pub enum Digest {
     InetChecksum,
     /// The body length in bytes (the same value as `PUSH_SIZE`).
     BodyLen,
+    /// The Internet checksum of the filter's *cover* fields (read from the header in its byte
+    /// order and laid out big-endian, see [`crate::layers::covered_checksum`]) followed by the
+    /// body: the `checksum` layer's value, which protects the header fields of the layers
+    /// above it too. The cover is fixed when the filter is built
+    /// ([`VerifiedFilter::with_cover`](super::VerifiedFilter::with_cover)); it must not include
+    /// the field the checksum is written to.
+    InetChecksumCovered,
+}
+
+/// What a digest reads besides the header: the body, the header's byte order, and the cover.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DigestIn<'a> {
+    pub(crate) body: &'a [u8],
+    pub(crate) order: crate::field::ByteOrder,
+    pub(crate) cover: &'a [crate::field::FieldLoc],
 }
 
 impl Digest {
     /// Every registered digest.
-    pub const ALL: [Digest; 2] = [Digest::InetChecksum, Digest::BodyLen];
+    pub const ALL: [Digest; 3] = [
+        Digest::InetChecksum,
+        Digest::BodyLen,
+        Digest::InetChecksumCovered,
+    ];
 
     /// The id under which this digest is registered.
     pub fn id(self) -> DigestId {
         match self {
             Digest::InetChecksum => DigestId::INET_CHECKSUM,
             Digest::BodyLen => DigestId::BODY_LEN,
+            Digest::InetChecksumCovered => DigestId::INET_CHECKSUM_COVERED,
         }
     }
 
@@ -68,15 +91,28 @@ impl Digest {
         match self {
             Digest::InetChecksum => "inet-checksum",
             Digest::BodyLen => "body-len",
+            Digest::InetChecksumCovered => "inet-checksum-covered",
         }
     }
 
-    /// Compute the digest of `body`.
+    /// Compute the digest of `body` (a covered checksum with an empty cover).
     #[inline]
     pub fn compute(self, body: &[u8]) -> u64 {
         match self {
             Digest::InetChecksum => inet_checksum(body) as u64,
             Digest::BodyLen => body.len() as u64,
+            Digest::InetChecksumCovered => crate::layers::internet_checksum(&[body]) as u64,
+        }
+    }
+
+    /// Compute the digest of a message with `header`.
+    #[inline]
+    pub(crate) fn compute_in(self, header: &[u8], m: &DigestIn<'_>) -> u64 {
+        match self {
+            Digest::InetChecksumCovered => {
+                crate::layers::covered_checksum(header, m.order, m.cover, m.body) as u64
+            }
+            d => d.compute(m.body),
         }
     }
 }

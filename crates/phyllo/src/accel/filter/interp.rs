@@ -6,6 +6,7 @@
 //! accessors and digests are looked up by id on every run. The compiled form
 //! ([`super::CompiledFilter`]) must agree with it on every verified program.
 
+use super::digest::DigestIn;
 use super::verify::{VerifiedFilter, STACK_CAPACITY};
 use super::{admits, FilterCtx, Header, HeaderIo, Op, REJECT_CONTEXT};
 use crate::field::{read_bits, write_bits, ByteOrder};
@@ -62,7 +63,14 @@ fn interpret_on<H: HeaderIo>(f: &VerifiedFilter, mut hdr: H, order: ByteOrder, b
             Op::PushConst(k) => stack.push(k),
             Op::PushField(h) => stack.push(read_bits(hdr.bytes(), f.loc(h), order)),
             Op::PushSize => stack.push(body.len() as u64),
-            Op::Digest(id) => stack.push(id.resolve().map_or(0, |d| d.compute(body))),
+            Op::Digest(id) => {
+                let m = DigestIn {
+                    body,
+                    order,
+                    cover: &f.cover,
+                };
+                stack.push(id.resolve().map_or(0, |d| d.compute_in(hdr.bytes(), &m)))
+            }
             Op::PopField(h) => {
                 let v = stack.pop();
                 if let Some(bytes) = hdr.bytes_mut() {

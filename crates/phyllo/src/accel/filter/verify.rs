@@ -180,9 +180,23 @@ pub struct VerifiedFilter {
     pub(super) direction: Direction,
     pub(super) max_depth: usize,
     pub(super) writes: bool,
+    /// Header fields the covered checksum digest reads ([`super::Digest::InetChecksumCovered`]).
+    pub(super) cover: Vec<FieldLoc>,
 }
 
 impl VerifiedFilter {
+    /// Set the cover of [`super::Digest::InetChecksumCovered`]: the header fields it sums
+    /// before the body. Fields that do not fit the header the filter was verified against are
+    /// left out, so a cover can never make a run read out of bounds.
+    pub fn with_cover(mut self, cover: &[FieldLoc]) -> VerifiedFilter {
+        self.cover = cover
+            .iter()
+            .copied()
+            .filter(|l| l.fits(self.header_len))
+            .collect();
+        self
+    }
+
     /// The verified ops.
     pub fn ops(&self) -> &[Op] {
         &self.ops
@@ -324,5 +338,6 @@ pub fn verify_with(
         direction,
         max_depth,
         writes,
+        cover: Vec::new(),
     })
 }
