@@ -143,7 +143,7 @@ impl Win {
 impl Acc {
     /// The accessor for a field at `loc` of a header of (at least) `header_len` bytes.
     fn new(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Acc {
-        if loc.bit_offset % 8 != 0 {
+        if !loc.bit_offset.is_multiple_of(8) {
             return Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order));
         }
         let off = (loc.bit_offset / 8) as usize;
