@@ -1,5 +1,6 @@
 //! The experiments registered with the report, in report order.
 
+mod accel;
 mod rawudp;
 mod rtt;
 mod stack;
@@ -13,6 +14,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(stack::StackCost),
         Box::new(rtt::Rtt),
         Box::new(stream::Stream),
+        Box::new(accel::Accel),
         Box::new(rawudp::RawUdp),
     ]
 }
