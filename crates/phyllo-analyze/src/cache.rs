@@ -628,7 +628,7 @@ mod tests {
         // is then found in L2 (its 64 B line 0 holds L1 blocks 0 and 1).
         assert_eq!(h.instr(64, 1), Served::Mem);
         assert_eq!(h.instr(0, 1), Served::L2);
-        assert_eq!(h.instr(33, 1), Served::L1);
+        assert_eq!(h.instr(70, 1), Served::L1);
         let mut p = Hierarchy::new(HierarchyConfig { mode: Mode::Phyllo, ..cfg }).unwrap();
         p.instr(30, 4);
         assert_eq!(p.l1i.stats.reads, 2);

@@ -11,6 +11,10 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod codemap;
 pub mod image;
+pub mod insn;
+pub mod layout;
 pub mod roi;
+pub mod timing;
 pub mod trace;

@@ -1,0 +1,236 @@
+//! The code of every traced image, decoded once: run-time address → instruction and function.
+//!
+//! Seed 003 profiles instructions and pairs inside the protocol stack; this map gives each
+//! instruction fetch of the trace its decoded [`Insn`] and its function in O(1) (a dense index
+//! over each executable section), and holds the static fused-pair positions that the fusion
+//! model (seed 003 §4.2-4.3) uses to compact code addresses.
+
+use std::collections::HashMap;
+
+use iced_x86::InstructionInfoFactory;
+
+use crate::image::Image;
+use crate::insn::{self, FuseCat, Insn};
+
+/// A function of some image, in run-time addresses.
+#[derive(Clone, Debug)]
+pub struct RtFunc {
+    /// Run-time start address.
+    pub start: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Demangled name.
+    pub name: String,
+}
+
+struct Region {
+    start: u64,
+    end: u64,
+    /// Per byte: index into `insns`, or `u32::MAX`.
+    index: Vec<u32>,
+}
+
+/// Global function id (index into [`CodeMap::funcs`]).
+pub type GFunc = u32;
+
+/// Sentinel: no function.
+pub const NO_FUNC: GFunc = u32::MAX;
+
+/// Decoded code of one or more images.
+pub struct CodeMap {
+    regions: Vec<Region>,
+    insns: Vec<Insn>,
+    insn_addr: Vec<u64>,
+    insn_func: Vec<GFunc>,
+    funcs: Vec<RtFunc>,
+    unknown: HashMap<u64, u32>,
+}
+
+/// A fused pair in run-time addresses: (address of the first, lengths, categories).
+#[derive(Clone, Copy, Debug)]
+pub struct FusedPair {
+    /// Address of the first instruction.
+    pub addr: u64,
+    /// Length of the first.
+    pub len1: u8,
+    /// Length of the second.
+    pub len2: u8,
+    /// [`FuseCat`] bits.
+    pub cats: u8,
+}
+
+impl FusedPair {
+    /// Bytes saved when the pair becomes one instruction as long as the longer of the two.
+    pub fn saved(&self) -> u64 {
+        self.len1.min(self.len2) as u64
+    }
+    /// First address after the pair.
+    pub fn end(&self) -> u64 {
+        self.addr + self.len1 as u64 + self.len2 as u64
+    }
+}
+
+impl CodeMap {
+    /// Decodes every function of every `(image, bias)`: run-time address = link-time + bias.
+    pub fn new(images: &[(&Image, u64)]) -> CodeMap {
+        let mut m = CodeMap {
+            regions: Vec::new(),
+            insns: Vec::new(),
+            insn_addr: Vec::new(),
+            insn_func: Vec::new(),
+            funcs: Vec::new(),
+            unknown: HashMap::new(),
+        };
+        let mut factory = InstructionInfoFactory::new();
+        for &(img, bias) in images {
+            for (s, e) in img.code_ranges() {
+                let mut region = Region { start: s + bias, end: e + bias, index: vec![u32::MAX; (e - s) as usize] };
+                for f in img.funcs().iter().filter(|f| f.start >= s && f.start < e) {
+                    let gid = m.funcs.len() as GFunc;
+                    m.funcs.push(RtFunc { start: f.start + bias, size: f.size, name: f.name.clone() });
+                    let end = (f.start + f.size).min(e);
+                    let Some(bytes) = img.code_at(f.start) else { continue };
+                    let bytes = &bytes[..((end - f.start) as usize).min(bytes.len())];
+                    let v = insn::decode_function(bytes, f.start + bias);
+                    for k in 0..v.len() {
+                        let off = (v[k].ip() - bias - s) as usize;
+                        if region.index[off] != u32::MAX {
+                            continue;
+                        }
+                        region.index[off] = m.insns.len() as u32;
+                        m.insns.push(insn::describe(&v[k], v.get(k + 1), &mut factory));
+                        m.insn_addr.push(v[k].ip());
+                        m.insn_func.push(gid);
+                    }
+                }
+                m.regions.push(region);
+            }
+        }
+        m.regions.sort_by_key(|r| r.start);
+        m
+    }
+
+    /// Index of the static instruction at run-time `addr`; instructions outside the decoded
+    /// code get an `Unknown` entry of length `len` (created on first sight).
+    #[inline]
+    pub fn lookup(&mut self, addr: u64, len: u32) -> u32 {
+        for r in &self.regions {
+            if addr >= r.start && addr < r.end {
+                let i = r.index[(addr - r.start) as usize];
+                if i != u32::MAX {
+                    return i;
+                }
+                break;
+            }
+        }
+        if let Some(&i) = self.unknown.get(&addr) {
+            return i;
+        }
+        let i = self.insns.len() as u32;
+        self.insns.push(Insn::unknown(len.min(255) as u8));
+        self.insn_addr.push(addr);
+        self.insn_func.push(NO_FUNC);
+        self.unknown.insert(addr, i);
+        i
+    }
+
+    /// The static instruction `i`.
+    #[inline]
+    pub fn insn(&self, i: u32) -> &Insn {
+        &self.insns[i as usize]
+    }
+
+    /// Run-time address of static instruction `i`.
+    #[inline]
+    pub fn addr(&self, i: u32) -> u64 {
+        self.insn_addr[i as usize]
+    }
+
+    /// Function of static instruction `i` ([`NO_FUNC`] if none).
+    #[inline]
+    pub fn func(&self, i: u32) -> GFunc {
+        self.insn_func[i as usize]
+    }
+
+    /// All functions.
+    pub fn funcs(&self) -> &[RtFunc] {
+        &self.funcs
+    }
+
+    /// Number of static instructions decoded (plus unknown ones seen).
+    pub fn len(&self) -> usize {
+        self.insns.len()
+    }
+
+    /// Whether nothing was decoded.
+    pub fn is_empty(&self) -> bool {
+        self.insns.is_empty()
+    }
+
+    /// Every static pair with at least one fusion category, sorted by address.
+    pub fn fused_pairs(&self) -> Vec<FusedPair> {
+        let mut v: Vec<FusedPair> = (0..self.insns.len())
+            .filter(|&i| self.insns[i].fuse != 0)
+            .filter_map(|i| {
+                let a = self.insn_addr[i];
+                let len1 = self.insns[i].len;
+                let next = a + len1 as u64;
+                let r = self.regions.iter().find(|r| next >= r.start && next < r.end)?;
+                let j = r.index[(next - r.start) as usize];
+                (j != u32::MAX).then(|| FusedPair { addr: a, len1, len2: self.insns[j as usize].len, cats: self.insns[i].fuse })
+            })
+            .collect();
+        v.sort_by_key(|p| p.addr);
+        v
+    }
+}
+
+/// Address compaction of one fusion alternative: new address = old − bytes saved by the
+/// fused pairs that end at or before it.
+#[derive(Clone, Debug, Default)]
+pub struct Compaction {
+    ends: Vec<u64>,
+    cum: Vec<u64>,
+}
+
+impl Compaction {
+    /// The compaction for pairs whose categories intersect `mask`.
+    pub fn new(pairs: &[FusedPair], mask: u8) -> Self {
+        let mut c = Compaction::default();
+        let mut total = 0;
+        let mut last_end = 0;
+        for p in pairs.iter().filter(|p| p.cats & mask != 0) {
+            if p.addr < last_end {
+                continue; // overlapping pairs: the first wins
+            }
+            total += p.saved();
+            last_end = p.end();
+            c.ends.push(p.end());
+            c.cum.push(total);
+        }
+        c
+    }
+
+    /// The compacted address of `addr`.
+    pub fn map(&self, addr: u64) -> u64 {
+        let k = self.ends.partition_point(|&e| e <= addr);
+        if k == 0 {
+            addr
+        } else {
+            addr - self.cum[k - 1]
+        }
+    }
+
+    /// Total bytes saved.
+    pub fn saved(&self) -> u64 {
+        self.cum.last().copied().unwrap_or(0)
+    }
+}
+
+/// Whether category bits `cats` are fused under alternative `mask`.
+pub fn fused_under(cats: u8, mask: u8) -> bool {
+    cats & mask != 0
+}
+
+#[doc(hidden)]
+pub const _CAT_CHECK: u8 = 1 << FuseCat::Zen as u8;
