@@ -10,11 +10,14 @@
 
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod cache;
+pub mod capture;
 pub mod codemap;
 pub mod image;
 pub mod insn;
 pub mod layout;
 pub mod roi;
+pub mod session;
 pub mod timing;
 pub mod trace;

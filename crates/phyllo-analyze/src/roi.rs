@@ -77,12 +77,49 @@ pub fn marker_line() -> String {
     )
 }
 
-/// If [`PROBE_ENV`] is set, prints [`marker_line`] on stdout and exits the process.
+/// If [`PROBE_ENV`] is set, prints [`marker_line`] and the executable file mappings of the
+/// process (`phyllo-map START OFFSET PATH`, from `/proc/self/maps`) on stdout and exits.
 pub fn probe_exit_if_requested() {
     if std::env::var_os(PROBE_ENV).is_some() {
         println!("{}", marker_line());
+        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+            for (start, off, path) in parse_maps(&maps) {
+                println!("phyllo-map {start:#x} {off:#x} {path}");
+            }
+        }
         std::process::exit(0);
     }
+}
+
+/// Executable, file-backed mappings of a `/proc/PID/maps` text: (start, file offset, path).
+/// valgrind's own files are left out.
+pub fn parse_maps(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let perms = it.next()?;
+            let off = u64::from_str_radix(it.next()?, 16).ok()?;
+            let _dev = it.next()?;
+            let _inode = it.next()?;
+            let path = it.next()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            (perms.contains('x') && path.starts_with('/') && !path.contains("valgrind"))
+                .then(|| (start, off, path.to_string()))
+        })
+        .collect()
+}
+
+/// The `phyllo-map` lines of a probe's output.
+pub fn parse_map_lines(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.strip_prefix("phyllo-map ")?.splitn(3, ' ');
+            let start = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+            let off = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+            Some((start, off, it.next()?.to_string()))
+        })
+        .collect()
 }
 
 /// Parses a [`marker_line`] (anywhere in `text`): run-time begin, end and region addresses.
@@ -148,6 +185,15 @@ mod tests {
         assert_ne!(b, e);
         assert_ne!(b, r);
         assert_eq!(run(|| 7), 7);
+    }
+
+    #[test]
+    fn maps() {
+        let m = "55d0-55e0 r-xp 00002000 08:01 123 /usr/bin/x\n7f00-7f10 r--p 0 08:01 5 /lib/a.so\n7f20-7f30 r-xp 00001000 08:01 6 /usr/libexec/valgrind/vgpreload_core.so\n";
+        let v = parse_maps(m);
+        assert_eq!(v, vec![(0x55d0, 0x2000, "/usr/bin/x".to_string())]);
+        let line = format!("phyllo-map {:#x} {:#x} {}", v[0].0, v[0].1, v[0].2);
+        assert_eq!(parse_map_lines(&line), v);
     }
 
     #[test]
