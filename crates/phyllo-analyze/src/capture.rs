@@ -46,6 +46,10 @@ pub struct Workload {
     pub args: Vec<String>,
 }
 
+/// Environment of every traced workload: no backtrace capture (symbolizing a backtrace of a
+/// failing Rust program under lackey takes billions of instructions).
+const QUIET_ENV: [(&str, &str); 2] = [("RUST_BACKTRACE", "0"), ("RUST_LIB_BACKTRACE", "0")];
+
 /// The valgrind executable: `$PHYLLO_VALGRIND`, or `valgrind` on `$PATH`.
 pub fn valgrind() -> Result<PathBuf, CaptureError> {
     if let Some(p) = std::env::var_os("PHYLLO_VALGRIND") {
@@ -107,6 +111,7 @@ pub fn probe(w: &Workload) -> Result<Markers, CaptureError> {
         .arg(&w.program)
         .args(&w.args)
         .env(crate::roi::PROBE_ENV, "1")
+        .envs(QUIET_ENV)
         .stdin(Stdio::null())
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -137,6 +142,17 @@ pub struct Capture {
     /// The trace stream.
     pub trace: std::process::ChildStdout,
     output: Option<JoinHandle<String>>,
+    done: bool,
+}
+
+impl Drop for Capture {
+    /// A capture dropped before [`Capture::finish`] kills valgrind: nothing is left running.
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Starts `valgrind --tool=lackey --trace-mem=yes` on `w`, the trace on a pipe.
@@ -152,13 +168,14 @@ pub fn lackey(w: &Workload) -> Result<Capture, CaptureError> {
         .arg("--log-fd=3")
         .arg(&w.program)
         .args(&w.args)
+        .envs(QUIET_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
     let trace = child.stdout.take().ok_or_else(|| CaptureError::Output("no stdout pipe".into()))?;
     let output = child.stderr.take().map(|e| drain_tail(e, 16 << 10));
-    Ok(Capture { child, trace, output })
+    Ok(Capture { child, trace, output, done: false })
 }
 
 impl Capture {
@@ -177,6 +194,7 @@ impl Capture {
             }
         }
         let status = self.child.wait()?;
+        self.done = true;
         let out = self.output.take().and_then(|h| h.join().ok()).unwrap_or_default();
         if !status.success() && !consumer_failed {
             return Err(CaptureError::WorkloadFailed { status: status.to_string(), tail: tail_lines(&out, 20) });
@@ -216,6 +234,7 @@ fn run_tool(w: &Workload, tool_args: &[String], out: &Path) -> Result<ToolCounts
         .args(tool_args)
         .arg(&w.program)
         .args(&w.args)
+        .envs(QUIET_ENV)
         .stdin(Stdio::null())
         .output()?;
     if !o.status.success() {

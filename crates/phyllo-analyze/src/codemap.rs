@@ -85,13 +85,27 @@ impl CodeMap {
         for &(img, bias) in images {
             for (s, e) in img.code_ranges() {
                 let mut region = Region { start: s + bias, end: e + bias, index: vec![u32::MAX; (e - s) as usize] };
+                // Symbols, and the gaps between them (stripped libraries keep only exported
+                // symbols: libc's memcpy variants live in such gaps), each decoded linearly.
+                let mut pieces: Vec<(u64, u64, String)> = Vec::new();
+                let mut cursor = s;
                 for f in img.funcs().iter().filter(|f| f.start >= s && f.start < e) {
+                    if f.start > cursor {
+                        pieces.push((cursor, f.start - cursor, format!("{}@{:#x}", img.name(), cursor)));
+                    }
+                    pieces.push((f.start, f.size, f.name.clone()));
+                    cursor = cursor.max(f.start + f.size);
+                }
+                if cursor < e {
+                    pieces.push((cursor, e - cursor, format!("{}@{:#x}", img.name(), cursor)));
+                }
+                for (start, size, name) in pieces {
                     let gid = m.funcs.len() as GFunc;
-                    m.funcs.push(RtFunc { start: f.start + bias, size: f.size, name: f.name.clone() });
-                    let end = (f.start + f.size).min(e);
-                    let Some(bytes) = img.code_at(f.start) else { continue };
-                    let bytes = &bytes[..((end - f.start) as usize).min(bytes.len())];
-                    let v = insn::decode_function(bytes, f.start + bias);
+                    m.funcs.push(RtFunc { start: start + bias, size, name });
+                    let end = (start + size).min(e);
+                    let Some(bytes) = img.code_at(start) else { continue };
+                    let bytes = &bytes[..((end - start) as usize).min(bytes.len())];
+                    let v = insn::decode_function(bytes, start + bias);
                     for k in 0..v.len() {
                         let off = (v[k].ip() - bias - s) as usize;
                         if region.index[off] != u32::MAX {

@@ -60,6 +60,7 @@ pub struct Image {
     raw_names: Vec<(String, usize)>,
     code: Vec<Code>,
     pie: bool,
+    name: String,
 }
 
 /// Index of a function in [`Image::funcs`].
@@ -72,10 +73,12 @@ impl Image {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&data).map_err(|msg| ImageError::Parse {
+        let mut img = Self::parse(&data).map_err(|msg| ImageError::Parse {
             path: path.display().to_string(),
             msg,
-        })
+        })?;
+        img.name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        Ok(img)
     }
 
     /// Parses an executable held in memory.
@@ -116,7 +119,12 @@ impl Image {
             });
         }
         raw_names.sort();
-        Ok(Image { funcs, raw_names, code, pie })
+        Ok(Image { funcs, raw_names, code, pie, name: String::new() })
+    }
+
+    /// File name of the image (empty when parsed from memory).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Whether the executable is position-independent (loaded at a bias).

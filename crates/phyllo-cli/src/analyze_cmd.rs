@@ -160,6 +160,7 @@ pub fn render(r: &Report, top: usize) -> String {
 
 /// Runs `phyllo analyze`.
 pub fn main(a: AnalyzeArgs) -> Result<()> {
+    crate::workload::check_name(&a.workload)?;
     let hier = hierarchies(&a)?;
     let w = workload(&a.workload, a.packets, a.size_kib, a.seed)?;
     eprintln!("probing and decoding {} ...", w.program.display());

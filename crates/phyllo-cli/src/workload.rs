@@ -234,8 +234,20 @@ fn compute(size: usize, seed: u64) -> u64 {
     })
 }
 
+/// The workload names.
+pub const NAMES: [&str; 3] = ["lan", "wan", "compute"];
+
+/// An error unless `name` is a workload.
+pub fn check_name(name: &str) -> Result<()> {
+    if !NAMES.contains(&name) {
+        bail!("unknown workload {name:?} (lan, wan, compute)");
+    }
+    Ok(())
+}
+
 /// Runs a workload; prints a one-line summary on stdout.
 pub fn main(args: WorkloadArgs) -> Result<()> {
+    check_name(&args.name)?;
     phyllo_analyze::roi::probe_exit_if_requested();
     match args.name.as_str() {
         "lan" | "wan" => {
