@@ -1,9 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-mod analyze_cmd;
-mod experiments;
-mod report;
-mod workload;
+use phyllo_cli::{analyze_cmd, cmd, report, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +16,10 @@ struct Cli {
 enum Cmd {
     /// Run every registered experiment and write the report folder.
     Report(report::ReportArgs),
+    /// Ping-pong: round-trip latency of a stack over memlink or UDP loopback.
+    Rtt(cmd::RttArgs),
+    /// One-way stream: messages per second of a stack over memlink or UDP loopback.
+    Stream(cmd::StreamArgs),
     /// Run a workload traced by the analyzer (lan, wan, compute).
     Workload(workload::WorkloadArgs),
     /// Trace a workload under valgrind and run the architecture analyzer on it.
@@ -29,6 +30,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Report(args) => report::main(args),
+        Cmd::Rtt(args) => cmd::rtt(args),
+        Cmd::Stream(args) => cmd::stream(args),
         Cmd::Workload(args) => workload::main(args),
         Cmd::Analyze(args) => analyze_cmd::main(args),
     }

@@ -137,7 +137,7 @@ pub fn read_bits(hdr: &[u8], loc: FieldLoc, order: ByteOrder) -> u64 {
     let shift = loc.bit_offset % 8;
     let nbytes = (shift + loc.bits as u32).div_ceil(8) as usize;
     // Fast path: whole bytes, aligned.
-    if shift == 0 && loc.bits % 8 == 0 && first + nbytes <= hdr.len() {
+    if shift == 0 && loc.bits.is_multiple_of(8) && first + nbytes <= hdr.len() {
         let b = &hdr[first..first + nbytes];
         let mut v = 0u64;
         match order {
@@ -169,7 +169,7 @@ pub fn write_bits(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) {
     let first = (loc.bit_offset / 8) as usize;
     let shift = loc.bit_offset % 8;
     let nbytes = (shift + loc.bits as u32).div_ceil(8) as usize;
-    if shift == 0 && loc.bits % 8 == 0 && first + nbytes <= hdr.len() {
+    if shift == 0 && loc.bits.is_multiple_of(8) && first + nbytes <= hdr.len() {
         let b = &mut hdr[first..first + nbytes];
         match order {
             ByteOrder::Big => {

@@ -1,10 +1,27 @@
 //! phyllo: layered network protocols whose layering costs almost nothing.
 //!
-//! See `DESIGN.md` in the shared folder for the design this crate builds: a sans-IO core of
-//! canonical layers (seed 004 §3.1), stacks built from a spec string or monomorphized, links,
-//! and (in later modules) the Protocol Accelerator, the integrated data path and the receive
-//! engine.
+//! A sans-IO core (DESIGN.md Principles): layers with canonical processing (seed 004 §3.1,
+//! [`layer`]), composed into dynamic or static stacks ([`stack`]), driven by a
+//! [`Connection`](conn::Connection) that consumes datagrams and time and produces datagrams,
+//! deliveries and timer deadlines. Links ([`link`]) and drivers do the I/O.
 
 #![warn(missing_docs)]
 
+pub mod accel;
+pub mod conn;
+pub mod driver;
 pub mod field;
+pub mod harness;
+pub mod layer;
+pub mod layers;
+pub mod layout;
+pub mod link;
+pub mod msg;
+pub mod stack;
+pub mod time;
+
+pub use conn::{Config, Connection, DynConnection, SendError, Stats};
+pub use layer::{Layer, Role};
+pub use msg::{Msg, Pool};
+pub use stack::{LayerSet, SpecError};
+pub use time::Time;

@@ -1,8 +1,18 @@
 //! The experiments registered with the report, in report order.
 
+mod rawudp;
+mod rtt;
+mod stack;
+mod stream;
+
 use crate::report::Experiment;
 
 /// Every registered experiment, in the order the report shows them.
 pub fn all() -> Vec<Box<dyn Experiment>> {
-    vec![]
+    vec![
+        Box::new(stack::StackCost),
+        Box::new(rtt::Rtt),
+        Box::new(stream::Stream),
+        Box::new(rawudp::RawUdp),
+    ]
 }

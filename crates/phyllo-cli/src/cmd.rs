@@ -1,0 +1,133 @@
+//! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
+
+use crate::measure::{rtt_mem, rtt_udp, stream_mem, stream_udp, LinkKind};
+use anyhow::Result;
+use phyllo::link::rawudp::Summary;
+use phyllo::Stats;
+use std::time::Duration;
+
+/// Options shared by `rtt` and `stream`.
+#[derive(clap::Args, Debug)]
+pub struct StackArgs {
+    /// The stack, top layer first, e.g. `frag(1400):window(16):checksum:seal`.
+    #[arg(long, default_value = "frag(1400):window(16):checksum:seal")]
+    pub stack: String,
+    /// The link: `mem` (in-process, processing cost only) or `udp` (127.0.0.1).
+    #[arg(long, value_enum, default_value = "udp")]
+    pub link: LinkKind,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 8)]
+    pub size: usize,
+    /// Print the connection counters too.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// `phyllo rtt` options.
+#[derive(clap::Args, Debug)]
+pub struct RttArgs {
+    #[command(flatten)]
+    stack: StackArgs,
+    /// Round trips to time (after a 10 % warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    rounds: usize,
+    /// Block in the kernel instead of busy-polling (UDP only).
+    #[arg(long)]
+    blocking: bool,
+}
+
+/// `phyllo stream` options.
+#[derive(clap::Args, Debug)]
+pub struct StreamArgs {
+    #[command(flatten)]
+    stack: StackArgs,
+    /// Messages to send.
+    #[arg(long, default_value_t = 200_000)]
+    count: u64,
+    /// Give up after this many seconds (UDP).
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+}
+
+fn check_size(size: usize) -> Result<()> {
+    if size > 1 << 20 {
+        anyhow::bail!("--size {size} exceeds the 1 MiB message limit");
+    }
+    Ok(())
+}
+
+/// Run `phyllo rtt`.
+pub fn rtt(args: RttArgs) -> Result<()> {
+    let s = &args.stack;
+    check_size(s.size)?;
+    if args.rounds == 0 {
+        anyhow::bail!("--rounds must be at least 1");
+    }
+    let run = match s.link {
+        LinkKind::Mem => rtt_mem(&s.stack, s.size, args.rounds)?,
+        LinkKind::Udp => rtt_udp(&s.stack, s.size, args.rounds, !args.blocking)?,
+    };
+    let sum = Summary::from_samples(&run.samples_ns)
+        .ok_or_else(|| anyhow::anyhow!("no round trip completed"))?;
+    println!("| stack | link | payload B | rounds | median µs | p99 µs | mean µs | min µs |");
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {} | {:?} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        s.stack,
+        s.link,
+        s.size,
+        sum.count,
+        sum.median_ns as f64 / 1e3,
+        sum.p99_ns as f64 / 1e3,
+        sum.mean_ns / 1e3,
+        sum.min_ns as f64 / 1e3
+    );
+    if s.stats {
+        print_stats("initiator", &run.stats);
+    }
+    Ok(())
+}
+
+/// Run `phyllo stream`.
+pub fn stream(args: StreamArgs) -> Result<()> {
+    let s = &args.stack;
+    check_size(s.size)?;
+    let run = match s.link {
+        LinkKind::Mem => stream_mem(&s.stack, s.size, args.count)?,
+        LinkKind::Udp => stream_udp(
+            &s.stack,
+            s.size,
+            args.count,
+            Duration::from_secs(args.seconds),
+        )?,
+    };
+    println!("| stack | link | payload B | delivered | seconds | msgs/s | MB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| {} | {:?} | {} | {} | {:.3} | {:.0} | {:.1} |",
+        s.stack,
+        s.link,
+        s.size,
+        run.delivered,
+        run.seconds,
+        run.msgs_per_s(),
+        run.msgs_per_s() * s.size as f64 / 1e6
+    );
+    if s.stats {
+        print_stats("sender", &run.sender);
+        print_stats("receiver", &run.receiver);
+    }
+    Ok(())
+}
+
+/// Print a connection's counters as a table.
+pub fn print_stats(who: &str, st: &Stats) {
+    println!();
+    println!("{who}: sent {} msgs, {} datagrams ({} bytes) out, {} datagrams in, {} delivered, {} input drops",
+        st.sent_msgs, st.datagrams_out, st.bytes_out, st.datagrams_in, st.delivered, st.input_drops());
+    for (layer, c) in &st.layers {
+        for (reason, n) in &c.drops {
+            println!("  {layer}: {n} dropped ({reason})");
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Measurements shared by `phyllo rtt/stream` and the report's experiments: round trips and
+//! one-way streams of a phyllo stack, over the in-memory link (pure processing cost) or UDP
+//! loopback (two threads, each end its own socket and connection).
+
+use anyhow::{anyhow, bail, Context, Result};
+use phyllo::driver::UdpDriver;
+use phyllo::harness::Pair;
+use phyllo::layers::{Checksum, Frag, Seal, Window};
+use phyllo::link::memlink::MemLink;
+use phyllo::link::udp::UdpLink;
+use phyllo::LayerSet;
+use phyllo::{Config, Connection, Role, SendError, Stats};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Which link carries the datagrams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LinkKind {
+    /// In-process, lossless, no delay: protocol processing cost only.
+    Mem,
+    /// UDP over 127.0.0.1, one thread per end.
+    Udp,
+}
+
+/// What a round-trip run measured.
+pub struct RttRun {
+    /// Nanoseconds per round trip, in order.
+    pub samples_ns: Vec<u64>,
+    /// Counters of the initiating end.
+    pub stats: Stats,
+}
+
+/// What a stream run measured.
+pub struct StreamRun {
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Seconds from the first send to the last delivery.
+    pub seconds: f64,
+    /// Counters of the sending end.
+    pub sender: Stats,
+    /// Counters of the receiving end.
+    pub receiver: Stats,
+}
+
+impl StreamRun {
+    /// Messages delivered per second.
+    pub fn msgs_per_s(&self) -> f64 {
+        self.delivered as f64 / self.seconds.max(1e-9)
+    }
+}
+
+fn payload(size: usize) -> Vec<u8> {
+    (0..size).map(|i| i as u8).collect()
+}
+
+/// Ping-pong over the in-memory link: each round trip is A→B, B echoes, B→A, timed with the
+/// wall clock, so it is the processing cost of both ends, both directions.
+pub fn rtt_mem(spec: &str, size: usize, rounds: usize) -> Result<RttRun> {
+    let mut pair = Pair::from_spec(spec)?;
+    let data = payload(size);
+    let mut samples = Vec::with_capacity(rounds);
+    let warmup = (rounds / 10).min(1000);
+    for r in 0..rounds + warmup {
+        let t0 = Instant::now();
+        pair.a.send(pair.now, &data)?;
+        let echo = loop {
+            if let Some(m) = pair.b.poll_delivery() {
+                break m;
+            }
+            if !pair.step() {
+                bail!("round {r}: the message was not delivered");
+            }
+        };
+        pair.b.send(pair.now, echo.data())?;
+        pair.b.recycle(echo);
+        let back = loop {
+            if let Some(m) = pair.a.poll_delivery() {
+                break m;
+            }
+            if !pair.step() {
+                bail!("round {r}: the echo was not delivered");
+            }
+        };
+        pair.a.recycle(back);
+        if r >= warmup {
+            samples.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(RttRun {
+        samples_ns: samples,
+        stats: pair.a.stats().clone(),
+    })
+}
+
+/// Ping-pong over UDP loopback; both ends busy-poll (or block in the kernel).
+pub fn rtt_udp(spec: &str, size: usize, rounds: usize, busy: bool) -> Result<RttRun> {
+    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
+    let epoch = Instant::now();
+    let mut a = UdpDriver::new(
+        Connection::from_spec(spec, Config::new(Role::Initiator))?,
+        la,
+        epoch,
+    );
+    let mut b = UdpDriver::new(
+        Connection::from_spec(spec, Config::new(Role::Responder))?,
+        lb,
+        epoch,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_b = stop.clone();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let echo = thread::spawn(move || -> Result<()> {
+        while !stop_b.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let until = Instant::now() + Duration::from_millis(20);
+            let got = if busy {
+                b.recv_busy(until)?
+            } else {
+                b.recv_blocking(until)?
+            };
+            if let Some(m) = got {
+                send_retrying(&mut b, m.data())?;
+                b.conn.recycle(m);
+            }
+        }
+        // Let the last acks out.
+        b.tick()?;
+        Ok(())
+    });
+    let data = payload(size);
+    let warmup = (rounds / 10).min(1000);
+    let mut samples = Vec::with_capacity(rounds);
+    let mut result = Ok(());
+    for r in 0..rounds + warmup {
+        let t0 = Instant::now();
+        if let Err(e) = send_retrying(&mut a, &data) {
+            result = Err(e);
+            break;
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        let got = if busy {
+            a.recv_busy(until)
+        } else {
+            a.recv_blocking(until)
+        };
+        match got {
+            Ok(Some(m)) => a.conn.recycle(m),
+            Ok(None) => {
+                result = Err(anyhow!("round {r}: no echo within 5 s"));
+                break;
+            }
+            Err(e) => {
+                result = Err(e.into());
+                break;
+            }
+        }
+        if r >= warmup {
+            samples.push(t0.elapsed().as_nanos() as u64);
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    echo.join()
+        .map_err(|_| anyhow!("the echo thread panicked"))??;
+    result?;
+    Ok(RttRun {
+        samples_ns: samples,
+        stats: a.conn.stats().clone(),
+    })
+}
+
+fn send_retrying<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, data: &[u8]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match d.send(data) {
+            Ok(()) => return Ok(()),
+            Err(SendError::WouldBlock) if Instant::now() < deadline => {
+                d.poll()?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// One-way stream over the in-memory link: `count` messages of `size` bytes sent as fast as
+/// the stack accepts them; both ends' processing on one thread.
+pub fn stream_mem(spec: &str, size: usize, count: u64) -> Result<StreamRun> {
+    let mut pair = Pair::from_spec(spec)?;
+    let data = payload(size);
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    let mut delivered = 0u64;
+    while delivered < count {
+        while sent < count && pair.a.can_send() {
+            pair.a.send(pair.now, &data)?;
+            sent += 1;
+        }
+        let more = pair.step();
+        while let Some(m) = pair.b.poll_delivery() {
+            delivered += 1;
+            pair.b.recycle(m);
+        }
+        if !more && sent == count && delivered < count {
+            bail!("stream stalled after {delivered} of {count} messages");
+        }
+    }
+    Ok(StreamRun {
+        delivered,
+        seconds: t0.elapsed().as_secs_f64(),
+        sender: pair.a.stats().clone(),
+        receiver: pair.b.stats().clone(),
+    })
+}
+
+/// One-way stream over UDP loopback: a sender thread and a receiver thread, both busy-polling.
+/// Bounded by `limit`: what was delivered by then counts.
+pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Result<StreamRun> {
+    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
+    la.set_send_buffer_size(4 << 20).ok();
+    lb.set_recv_buffer_size(4 << 20).ok();
+    let epoch = Instant::now();
+    let mut a = UdpDriver::new(
+        Connection::from_spec(spec, Config::new(Role::Initiator))?,
+        la,
+        epoch,
+    );
+    let mut b = UdpDriver::new(
+        Connection::from_spec(spec, Config::new(Role::Responder))?,
+        lb,
+        epoch,
+    );
+    let start = Arc::new(Barrier::new(2));
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + limit;
+    let (start_b, done_b) = (start.clone(), done.clone());
+    let receiver = thread::spawn(move || -> Result<(u64, Instant, Stats)> {
+        start_b.wait();
+        let mut delivered = 0u64;
+        let mut last = Instant::now();
+        while delivered < count && Instant::now() < deadline {
+            b.poll()?;
+            while let Some(m) = b.conn.poll_delivery() {
+                delivered += 1;
+                b.conn.recycle(m);
+                last = Instant::now();
+            }
+        }
+        done_b.store(true, Ordering::Relaxed);
+        // Acknowledge the tail so the sender can finish cleanly.
+        b.tick()?;
+        Ok((delivered, last, b.conn.stats().clone()))
+    });
+    let data = payload(size);
+    start.wait();
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+        while sent < count && a.conn.can_send() {
+            let now = a.now();
+            a.conn.send(now, &data)?;
+            sent += 1;
+        }
+        a.poll()?;
+    }
+    let (delivered, last, receiver_stats) = receiver
+        .join()
+        .map_err(|_| anyhow!("the receiver thread panicked"))??;
+    Ok(StreamRun {
+        delivered,
+        seconds: last.duration_since(t0).as_secs_f64(),
+        sender: a.conn.stats().clone(),
+        receiver: receiver_stats,
+    })
+}
+
+/// Send + deliver cost per message over the lossless in-memory link, in nanoseconds: `count`
+/// messages, each sent by A and delivered at B (acks included), on one thread.
+pub fn ns_per_msg<S: LayerSet>(mut pair: Pair<S>, size: usize, count: u64) -> Result<f64> {
+    let data = payload(size);
+    let one = |pair: &mut Pair<S>| -> Result<()> {
+        pair.a.send(pair.now, &data)?;
+        while pair.step() {}
+        while let Some(m) = pair.b.poll_delivery() {
+            pair.b.recycle(m);
+        }
+        Ok(())
+    };
+    for _ in 0..count / 10 {
+        one(&mut pair)?;
+    }
+    let t0 = Instant::now();
+    for _ in 0..count {
+        one(&mut pair)?;
+    }
+    let delivered = pair.b.stats().delivered;
+    if delivered != count + count / 10 {
+        bail!("{delivered} of {} messages delivered", count + count / 10);
+    }
+    Ok(t0.elapsed().as_nanos() as f64 / count as f64)
+}
+
+/// [`ns_per_msg`] for the dynamic stack built from `spec`.
+pub fn stack_ns_per_msg(spec: &str, size: usize, count: u64) -> Result<f64> {
+    ns_per_msg(Pair::from_spec(spec)?, size, count)
+}
+
+/// The static form of `frag(1400):window(16):checksum:seal`.
+pub type Static4 = (Frag, (Window, (Checksum, (Seal, ()))));
+
+/// A pair of static 4-layer stacks over a perfect in-memory link.
+pub fn static4_pair() -> Result<Pair<Static4>> {
+    let mk = |role| {
+        Connection::new(
+            phyllo::stack!(
+                Frag::new(1400),
+                Window::new(16),
+                Checksum::new(),
+                Seal::new()
+            ),
+            Config::new(role),
+        )
+    };
+    Ok(Pair::new(
+        mk(Role::Initiator)?,
+        mk(Role::Responder)?,
+        MemLink::perfect(),
+    ))
+}

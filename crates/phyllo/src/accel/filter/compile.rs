@@ -1,0 +1,794 @@
+//! The compiled form of a packet filter (seed 004 §3.3: "In case fields are conveniently
+//! aligned, the packet filter is optimized automatically using some customized instructions
+//! ... we intend to adopt [compilation into machine code] eventually").
+//!
+//! Compilation works on a verified program, so the stack depth before every op is known
+//! statically. That lets it drop the stack pointer altogether: each op is lowered to a
+//! specialised operation on fixed slots of a register file (`slots[d]` is stack entry `d`),
+//! with
+//!
+//! - field locations resolved once, and byte-aligned 8/16/32/64-bit fields turned into direct
+//!   integer loads and stores in the right byte order (one lowering per byte order, chosen at
+//!   the start of a run, so no per-op order test); any other field whose bits lie within a 1, 2,
+//!   4 or 8-byte window of the header becomes one load of that window, a shift and a mask (a
+//!   read-modify-write to store);
+//! - digests resolved from their ids once;
+//! - common sequences fused into one operation whose operands are read directly, without
+//!   touching the slots: `PUSH x; PUSH y; <binop>; ABORT c` (the frag layer's size check, the
+//!   checksum layer's delivery check; when one operand is a constant and the operation a
+//!   comparison, it becomes a single range test), `PUSH x; POP_FIELD f` (the checksum layer's send
+//!   program), `PUSH x; ABORT c` and `PUSH x; <binop>`, where `PUSH` is any of
+//!   `PUSH_CONSTANT`, `PUSH_FIELD`, `PUSH_SIZE` and `DIGEST`.
+//!
+//! All of this is safe code; slot indices are masked into the array (the verifier proves the
+//! mask never changes them). The semantics are those of the reference interpreter,
+//! [`VerifiedFilter::interpret`]; the shared definitions ([`BinOp::apply`],
+//! [`Digest::compute`], [`read_bits`] / [`write_bits`] for unaligned fields) make sure of the
+//! arithmetic, and the differential tests and the fuzz target make sure of the rest.
+
+use super::digest::{Digest, DigestIn};
+use super::program::{BinOp, Op};
+use super::verify::{Direction, VerifiedFilter, STACK_CAPACITY};
+use super::{admits, FilterCtx, Header, HeaderIo, REJECT_CONTEXT};
+use crate::field::{read_bits, write_bits, ByteOrder, FieldLoc};
+
+/// Register files of at most this many slots are used for programs whose unfused ops stay
+/// this shallow (most do: fusion leaves few ops on the slots), so each run clears 32 bytes
+/// instead of `8 * STACK_CAPACITY`.
+const SMALL_SLOTS: usize = 4;
+const _: () = assert!(SMALL_SLOTS.is_power_of_two() && STACK_CAPACITY.is_power_of_two());
+
+/// How to compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Fuse common op sequences into single operations (on by default; off to measure what
+    /// fusion is worth).
+    pub fuse: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions { fuse: true }
+    }
+}
+
+/// A field accessor specialised for the field's alignment, width and byte order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Acc {
+    U8(usize),
+    U16Be(usize),
+    U16Le(usize),
+    U32Be(usize),
+    U32Le(usize),
+    U64Be(usize),
+    U64Le(usize),
+    /// A field that is not byte-aligned but lies within a `W`-byte window (W = 1, 2, 4, 8)
+    /// of the header: one W-byte load in the header's order, a shift and a mask.
+    Win {
+        start: usize,
+        win: Win,
+        shift: u8,
+        mask: u64,
+    },
+    /// Anything else (a field spread over nine bytes, or headers too short for a window):
+    /// the general bit-level accessors.
+    Bits(FieldLoc, ByteOrder),
+}
+
+/// Width and byte order of a window load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Win {
+    B1,
+    Be2,
+    Le2,
+    Be4,
+    Le4,
+    Be8,
+    Le8,
+}
+
+/// Load `N` bytes at `o` as an integer of the given order (0 if out of range).
+#[inline(always)]
+fn win_load<const N: usize>(h: &[u8], o: usize, big: bool) -> u64 {
+    let Some(a) = h.get(o..o + N) else { return 0 };
+    let mut b = [0u8; 8];
+    if big {
+        b[8 - N..].copy_from_slice(a);
+        u64::from_be_bytes(b)
+    } else {
+        b[..N].copy_from_slice(a);
+        u64::from_le_bytes(b)
+    }
+}
+
+/// Store the low `N` bytes of `v` at `o` in the given order (nothing if out of range).
+#[inline(always)]
+fn win_store<const N: usize>(h: &mut [u8], o: usize, big: bool, v: u64) {
+    let Some(a) = h.get_mut(o..o + N) else { return };
+    if big {
+        a.copy_from_slice(&v.to_be_bytes()[8 - N..]);
+    } else {
+        a.copy_from_slice(&v.to_le_bytes()[..N]);
+    }
+}
+
+impl Win {
+    #[inline(always)]
+    fn load(self, h: &[u8], o: usize) -> u64 {
+        match self {
+            Win::B1 => win_load::<1>(h, o, true),
+            Win::Be2 => win_load::<2>(h, o, true),
+            Win::Le2 => win_load::<2>(h, o, false),
+            Win::Be4 => win_load::<4>(h, o, true),
+            Win::Le4 => win_load::<4>(h, o, false),
+            Win::Be8 => win_load::<8>(h, o, true),
+            Win::Le8 => win_load::<8>(h, o, false),
+        }
+    }
+
+    #[inline(always)]
+    fn store(self, h: &mut [u8], o: usize, v: u64) {
+        match self {
+            Win::B1 => win_store::<1>(h, o, true, v),
+            Win::Be2 => win_store::<2>(h, o, true, v),
+            Win::Le2 => win_store::<2>(h, o, false, v),
+            Win::Be4 => win_store::<4>(h, o, true, v),
+            Win::Le4 => win_store::<4>(h, o, false, v),
+            Win::Be8 => win_store::<8>(h, o, true, v),
+            Win::Le8 => win_store::<8>(h, o, false, v),
+        }
+    }
+}
+
+impl Acc {
+    /// The accessor for a field at `loc` of a header of (at least) `header_len` bytes.
+    fn new(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Acc {
+        if loc.bit_offset % 8 != 0 {
+            return Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order));
+        }
+        let off = (loc.bit_offset / 8) as usize;
+        match (loc.bits, order) {
+            (8, _) => Acc::U8(off),
+            (16, ByteOrder::Big) => Acc::U16Be(off),
+            (16, ByteOrder::Little) => Acc::U16Le(off),
+            (32, ByteOrder::Big) => Acc::U32Be(off),
+            (32, ByteOrder::Little) => Acc::U32Le(off),
+            (64, ByteOrder::Big) => Acc::U64Be(off),
+            (64, ByteOrder::Little) => Acc::U64Le(off),
+            _ => Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order)),
+        }
+    }
+
+    /// The smallest W-byte window inside the header that holds the whole field, if any.
+    ///
+    /// Read as a W-byte integer in the header's order, the window holds the field's bits
+    /// contiguously: in big-endian order bit `lead` of the window (counted from its start, most
+    /// significant first) is the field's most significant bit, so the field is
+    /// `(win >> (8W - lead - bits)) & mask`; in little-endian order it is
+    /// `(win >> lead) & mask` (see the bit numbering in [`crate::field`]).
+    fn window(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Option<Acc> {
+        let bits = loc.bits as usize;
+        if !(1..=64).contains(&bits) {
+            return None;
+        }
+        let off = loc.bit_offset as usize;
+        let first = off / 8;
+        let end = (off + bits).div_ceil(8);
+        let big = order == ByteOrder::Big;
+        for (w, win) in [
+            (1usize, Win::B1),
+            (2, if big { Win::Be2 } else { Win::Le2 }),
+            (4, if big { Win::Be4 } else { Win::Le4 }),
+            (8, if big { Win::Be8 } else { Win::Le8 }),
+        ] {
+            if end - first > w || header_len < w || end > header_len {
+                continue;
+            }
+            // Start at the field's first byte, or earlier if that would run off the header.
+            let start = first.min(header_len - w);
+            let lead = off - start * 8;
+            let shift = if big { w * 8 - lead - bits } else { lead };
+            return Some(Acc::Win {
+                start,
+                win,
+                shift: shift as u8,
+                mask: loc.max_value(),
+            });
+        }
+        None
+    }
+
+    /// Read the field. Out-of-range reads (impossible after the context check) give 0.
+    #[inline(always)]
+    fn load(self, h: &[u8]) -> u64 {
+        #[inline(always)]
+        fn arr<const N: usize>(h: &[u8], o: usize) -> Option<[u8; N]> {
+            h.get(o..o + N).and_then(|s| s.try_into().ok())
+        }
+        match self {
+            Acc::U8(o) => h.get(o).map_or(0, |&b| b as u64),
+            Acc::U16Be(o) => arr(h, o).map_or(0, |w| u16::from_be_bytes(w) as u64),
+            Acc::U16Le(o) => arr(h, o).map_or(0, |w| u16::from_le_bytes(w) as u64),
+            Acc::U32Be(o) => arr(h, o).map_or(0, |w| u32::from_be_bytes(w) as u64),
+            Acc::U32Le(o) => arr(h, o).map_or(0, |w| u32::from_le_bytes(w) as u64),
+            Acc::U64Be(o) => arr(h, o).map_or(0, u64::from_be_bytes),
+            Acc::U64Le(o) => arr(h, o).map_or(0, u64::from_le_bytes),
+            Acc::Win {
+                start,
+                win,
+                shift,
+                mask,
+            } => (win.load(h, start) >> shift) & mask,
+            Acc::Bits(loc, order) => read_bits(h, loc, order),
+        }
+    }
+
+    /// Write the field, truncating `v` to its width. Out-of-range writes (impossible after
+    /// the context check) change nothing.
+    #[inline(always)]
+    fn store(self, h: &mut [u8], v: u64) {
+        #[inline(always)]
+        fn put<const N: usize>(h: &mut [u8], o: usize, w: [u8; N]) {
+            if let Some(s) = h.get_mut(o..o + N) {
+                s.copy_from_slice(&w);
+            }
+        }
+        match self {
+            Acc::U8(o) => {
+                if let Some(b) = h.get_mut(o) {
+                    *b = v as u8;
+                }
+            }
+            Acc::U16Be(o) => put(h, o, (v as u16).to_be_bytes()),
+            Acc::U16Le(o) => put(h, o, (v as u16).to_le_bytes()),
+            Acc::U32Be(o) => put(h, o, (v as u32).to_be_bytes()),
+            Acc::U32Le(o) => put(h, o, (v as u32).to_le_bytes()),
+            Acc::U64Be(o) => put(h, o, v.to_be_bytes()),
+            Acc::U64Le(o) => put(h, o, v.to_le_bytes()),
+            Acc::Win {
+                start,
+                win,
+                shift,
+                mask,
+            } => {
+                let m = mask << shift;
+                let w = win.load(h, start);
+                win.store(h, start, (w & !m) | ((v << shift) & m));
+            }
+            Acc::Bits(loc, order) => write_bits(h, loc, order, v),
+        }
+    }
+}
+
+/// An operand read directly by a fused operation: what a push op would have pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Src {
+    Const(u64),
+    Field(Acc),
+    Size,
+    Digest(Digest),
+}
+
+impl Src {
+    #[inline(always)]
+    fn eval(self, h: &[u8], body: &DigestIn<'_>) -> u64 {
+        match self {
+            Src::Const(k) => k,
+            Src::Field(acc) => acc.load(h),
+            Src::Size => body.body.len() as u64,
+            Src::Digest(d) => d.compute_in(h, body),
+        }
+    }
+}
+
+/// One compiled operation. `dst`/`src` are slot numbers: the stack depth at that point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum COp {
+    Const {
+        dst: u8,
+        k: u64,
+    },
+    Load {
+        dst: u8,
+        acc: Acc,
+    },
+    Size {
+        dst: u8,
+    },
+    Digest {
+        dst: u8,
+        d: Digest,
+    },
+    Store {
+        src: u8,
+        acc: Acc,
+    },
+    /// `slots[dst] = op(slots[dst], slots[dst + 1])`, one variant per operation.
+    Add {
+        dst: u8,
+    },
+    Sub {
+        dst: u8,
+    },
+    And {
+        dst: u8,
+    },
+    Or {
+        dst: u8,
+    },
+    Xor {
+        dst: u8,
+    },
+    Shl {
+        dst: u8,
+    },
+    Shr {
+        dst: u8,
+    },
+    Eq {
+        dst: u8,
+    },
+    Ne {
+        dst: u8,
+    },
+    Lt {
+        dst: u8,
+    },
+    Le {
+        dst: u8,
+    },
+    Gt {
+        dst: u8,
+    },
+    Ge {
+        dst: u8,
+    },
+    AbortIf {
+        src: u8,
+        code: u64,
+    },
+    Return(u64),
+    // Fused sequences.
+    /// `PUSH x; POP_FIELD f`.
+    StoreSrc {
+        x: Src,
+        acc: Acc,
+    },
+    /// `PUSH x; ABORT code`.
+    AbortIfSrc {
+        x: Src,
+        code: u64,
+    },
+    /// `PUSH y; <op>`: `slots[dst] = op(slots[dst], y)`.
+    BinSrc {
+        op: BinOp,
+        dst: u8,
+        y: Src,
+    },
+    /// `PUSH x; PUSH_CONSTANT k; <cmp>; ABORT code` (or the mirror image): abort if
+    /// `(x - lo) <= span` (wrapping) differs from `invert`, i.e. if `x` lies in (or, inverted,
+    /// outside) `[lo, lo + span]`. Every unsigned comparison with a constant is such a test,
+    /// so this replaces the comparison's dispatch with one subtraction and one compare.
+    AbortRange {
+        x: Src,
+        lo: u64,
+        span: u64,
+        invert: bool,
+        code: u64,
+    },
+    /// `PUSH x; PUSH y; <op>; ABORT code`.
+    AbortBin {
+        op: BinOp,
+        x: Src,
+        y: Src,
+        code: u64,
+    },
+}
+
+/// A verified filter compiled into specialised operations (see the module docs). Made by
+/// [`VerifiedFilter::compile`]; runs with [`CompiledFilter::run`], with the same results and
+/// the same header writes as [`VerifiedFilter::interpret`].
+#[derive(Clone, Debug)]
+pub struct CompiledFilter {
+    big: Vec<COp>,
+    /// Slots of the register file the ops use (the same for both orders).
+    slots: usize,
+    little: Vec<COp>,
+    header_len: usize,
+    writes: bool,
+    direction: Direction,
+    max_depth: usize,
+    cover: Vec<crate::field::FieldLoc>,
+}
+
+impl VerifiedFilter {
+    /// Compile the filter with the default options (fusion on).
+    pub fn compile(&self) -> CompiledFilter {
+        self.compile_with(CompileOptions::default())
+    }
+
+    /// Compile the filter with `options`.
+    pub fn compile_with(&self, options: CompileOptions) -> CompiledFilter {
+        CompiledFilter {
+            big: lower(self, ByteOrder::Big, options).0,
+            little: lower(self, ByteOrder::Little, options).0,
+            slots: lower(self, ByteOrder::Big, options).1,
+            header_len: self.header_len,
+            writes: self.writes,
+            direction: self.direction,
+            max_depth: self.max_depth,
+            cover: self.cover.clone(),
+        }
+    }
+}
+
+impl CompiledFilter {
+    /// Run the filter; returns 0 to accept (fast path) or the non-zero value of the `RETURN`
+    /// or `ABORT` that rejected; send-path field writes land in `ctx`'s header. Returns
+    /// [`REJECT_CONTEXT`] if `ctx` breaks the verifier's assumptions (header too short, or
+    /// read-only while the program writes).
+    #[inline]
+    pub fn run(&self, ctx: &mut FilterCtx<'_>) -> u64 {
+        if !admits(self.header_len, self.writes, ctx) {
+            return REJECT_CONTEXT;
+        }
+        let ops = match ctx.order {
+            ByteOrder::Big => &self.big,
+            ByteOrder::Little => &self.little,
+        };
+        let body = &DigestIn {
+            body: ctx.body,
+            order: ctx.order,
+            cover: &self.cover,
+        };
+        match &mut ctx.header {
+            Header::Writable(h) if self.slots <= SMALL_SLOTS => {
+                run_ops::<_, SMALL_SLOTS>(ops, &mut **h, body)
+            }
+            Header::ReadOnly(h) if self.slots <= SMALL_SLOTS => {
+                run_ops::<_, SMALL_SLOTS>(ops, *h, body)
+            }
+            Header::Writable(h) => run_ops::<_, STACK_CAPACITY>(ops, &mut **h, body),
+            Header::ReadOnly(h) => run_ops::<_, STACK_CAPACITY>(ops, *h, body),
+        }
+    }
+
+    /// The direction the filter was verified for.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    /// The deepest the stack gets on any execution.
+    pub fn max_stack_depth(&self) -> usize {
+        self.max_depth
+    }
+
+    /// Number of compiled operations (after fusion), for one byte order.
+    pub fn compiled_ops(&self) -> usize {
+        self.big.len()
+    }
+}
+
+/// `s[dst] = op(s[dst], s[dst + 1])`.
+#[inline(always)]
+fn bin<const N: usize>(s: &mut [u64; N], dst: u8, op: BinOp) {
+    let d = dst as usize;
+    s[d & (N - 1)] = op.apply(s[d & (N - 1)], s[(d + 1) & (N - 1)]);
+}
+
+/// Run compiled ops on a register file of `N` slots. `N` is a power of two no smaller than
+/// the deepest slot the ops use (established by [`lower`] from the verified depths), so
+/// masking a slot index with `N - 1` never changes it and keeps every access provably in
+/// bounds.
+fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &DigestIn<'_>) -> u64 {
+    let mut s = [0u64; N];
+    let mask = N - 1;
+    for op in ops {
+        match *op {
+            COp::Const { dst, k } => s[dst as usize & mask] = k,
+            COp::Load { dst, acc } => s[dst as usize & mask] = acc.load(hdr.bytes()),
+            COp::Size { dst } => s[dst as usize & mask] = body.body.len() as u64,
+            COp::Digest { dst, d } => s[dst as usize & mask] = d.compute_in(hdr.bytes(), body),
+            COp::Store { src, acc } => {
+                let v = s[src as usize & mask];
+                if let Some(h) = hdr.bytes_mut() {
+                    acc.store(h, v);
+                }
+            }
+            COp::Add { dst } => bin::<N>(&mut s, dst, BinOp::Add),
+            COp::Sub { dst } => bin::<N>(&mut s, dst, BinOp::Sub),
+            COp::And { dst } => bin::<N>(&mut s, dst, BinOp::And),
+            COp::Or { dst } => bin::<N>(&mut s, dst, BinOp::Or),
+            COp::Xor { dst } => bin::<N>(&mut s, dst, BinOp::Xor),
+            COp::Shl { dst } => bin::<N>(&mut s, dst, BinOp::Shl),
+            COp::Shr { dst } => bin::<N>(&mut s, dst, BinOp::Shr),
+            COp::Eq { dst } => bin::<N>(&mut s, dst, BinOp::Eq),
+            COp::Ne { dst } => bin::<N>(&mut s, dst, BinOp::Ne),
+            COp::Lt { dst } => bin::<N>(&mut s, dst, BinOp::Lt),
+            COp::Le { dst } => bin::<N>(&mut s, dst, BinOp::Le),
+            COp::Gt { dst } => bin::<N>(&mut s, dst, BinOp::Gt),
+            COp::Ge { dst } => bin::<N>(&mut s, dst, BinOp::Ge),
+            COp::AbortIf { src, code } => {
+                if s[src as usize & mask] != 0 {
+                    return code;
+                }
+            }
+            COp::Return(v) => return v,
+            COp::StoreSrc { x, acc } => {
+                let v = x.eval(hdr.bytes(), body);
+                if let Some(h) = hdr.bytes_mut() {
+                    acc.store(h, v);
+                }
+            }
+            COp::AbortIfSrc { x, code } => {
+                if x.eval(hdr.bytes(), body) != 0 {
+                    return code;
+                }
+            }
+            COp::BinSrc { op, dst, y } => {
+                let d = dst as usize & mask;
+                s[d] = op.apply(s[d], y.eval(hdr.bytes(), body));
+            }
+            COp::AbortRange {
+                x,
+                lo,
+                span,
+                invert,
+                code,
+            } => {
+                if (x.eval(hdr.bytes(), body).wrapping_sub(lo) <= span) != invert {
+                    return code;
+                }
+            }
+            COp::AbortBin { op, x, y, code } => {
+                let h = hdr.bytes();
+                if op.apply(x.eval(h, body), y.eval(h, body)) != 0 {
+                    return code;
+                }
+            }
+        }
+    }
+    // Unreachable: a verified program ends with RETURN.
+    REJECT_CONTEXT
+}
+
+/// `PUSH x; PUSH y; <cmp>; ABORT code` as a range test, if `cmp` is a comparison and one
+/// operand is a constant.
+fn abort_range(op: BinOp, x: Src, y: Src, code: u64) -> Option<COp> {
+    // Normalise to `v <op> k` with the constant on the right.
+    let (v, op, k) = match (x, y) {
+        (_, Src::Const(k)) => (x, op, k),
+        (Src::Const(k), _) => {
+            let mirrored = match op {
+                BinOp::Lt => BinOp::Gt,
+                BinOp::Le => BinOp::Ge,
+                BinOp::Gt => BinOp::Lt,
+                BinOp::Ge => BinOp::Le,
+                other => other,
+            };
+            (y, mirrored, k)
+        }
+        _ => return None,
+    };
+    // (lo, hi, invert): the test is true iff v is in [lo, hi], xor invert. `never` is the
+    // full range inverted.
+    let never = (0, u64::MAX, true);
+    let (lo, hi, invert) = match op {
+        BinOp::Eq => (k, k, false),
+        BinOp::Ne => (k, k, true),
+        BinOp::Lt if k == 0 => never,
+        BinOp::Lt => (0, k - 1, false),
+        BinOp::Le => (0, k, false),
+        BinOp::Gt if k == u64::MAX => never,
+        BinOp::Gt => (k + 1, u64::MAX, false),
+        BinOp::Ge => (k, u64::MAX, false),
+        _ => return None,
+    };
+    Some(COp::AbortRange {
+        x: v,
+        lo,
+        span: hi - lo,
+        invert,
+        code,
+    })
+}
+
+/// Lower a verified program for one byte order; also returns how many slots the compiled
+/// ops touch (at most the verified maximum depth).
+fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> (Vec<COp>, usize) {
+    let acc = |h| Acc::new(f.loc(h), order, f.header_len);
+    let src = |op: Op| -> Option<Src> {
+        Some(match op {
+            Op::PushConst(k) => Src::Const(k),
+            Op::PushField(h) => Src::Field(acc(h)),
+            Op::PushSize => Src::Size,
+            Op::Digest(id) => Src::Digest(id.resolve()?),
+            _ => return None,
+        })
+    };
+    let ops = &f.ops;
+    let mut out = Vec::with_capacity(ops.len());
+    // Stack depth before ops[i]; the verifier proved 0 <= depth <= STACK_CAPACITY, so it fits
+    // a u8 and (with the mask) indexes the slots.
+    let mut depth = 0usize;
+    let mut slots = 0usize;
+    let mut i = 0;
+    while let Some(&op) = ops.get(i) {
+        if options.fuse {
+            if let Some(x) = src(op) {
+                let next = ops.get(i + 1).copied();
+                // PUSH x; PUSH y; <op>; ABORT code
+                if let (Some(y), Some(bin), Some(Op::Abort(code))) = (
+                    next.and_then(src),
+                    ops.get(i + 2).and_then(|o| o.binop()),
+                    ops.get(i + 3).copied(),
+                ) {
+                    out.push(abort_range(bin, x, y, code).unwrap_or(COp::AbortBin {
+                        op: bin,
+                        x,
+                        y,
+                        code,
+                    }));
+                    i += 4;
+                    continue;
+                }
+                let fused = match next {
+                    Some(Op::PopField(h)) => Some(COp::StoreSrc { x, acc: acc(h) }),
+                    Some(Op::Abort(code)) => Some(COp::AbortIfSrc { x, code }),
+                    Some(o) if depth >= 1 => o.binop().map(|bin| COp::BinSrc {
+                        op: bin,
+                        dst: (depth - 1) as u8,
+                        y: x,
+                    }),
+                    _ => None,
+                };
+                if let Some(c) = fused {
+                    // Every fused pair leaves the depth as it was.
+                    out.push(c);
+                    i += 2;
+                    continue;
+                }
+            }
+        }
+        let d = depth as u8;
+        out.push(match op {
+            Op::PushConst(k) => COp::Const { dst: d, k },
+            Op::PushField(h) => COp::Load {
+                dst: d,
+                acc: acc(h),
+            },
+            Op::PushSize => COp::Size { dst: d },
+            Op::Digest(id) => match id.resolve() {
+                Some(dg) => COp::Digest { dst: d, d: dg },
+                // Unreachable after verification; keep the depth bookkeeping identical.
+                None => COp::Const { dst: d, k: 0 },
+            },
+            Op::PopField(h) => COp::Store {
+                src: d.wrapping_sub(1),
+                acc: acc(h),
+            },
+            Op::Abort(code) => COp::AbortIf {
+                src: d.wrapping_sub(1),
+                code,
+            },
+            Op::Return(v) => COp::Return(v),
+            Op::Add => COp::Add {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Sub => COp::Sub {
+                dst: d.wrapping_sub(2),
+            },
+            Op::And => COp::And {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Or => COp::Or {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Xor => COp::Xor {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Shl => COp::Shl {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Shr => COp::Shr {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Eq => COp::Eq {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Ne => COp::Ne {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Lt => COp::Lt {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Le => COp::Le {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Gt => COp::Gt {
+                dst: d.wrapping_sub(2),
+            },
+            Op::Ge => COp::Ge {
+                dst: d.wrapping_sub(2),
+            },
+        });
+        let (pops, pushes) = op.stack_effect();
+        // Slots this op touches: those it pops (below `depth`) and pushes.
+        slots = slots.max(depth).max(depth.saturating_sub(pops) + pushes);
+        depth = depth.saturating_sub(pops) + pushes;
+        i += 1;
+    }
+    (out, slots)
+}
+
+#[cfg(test)]
+impl CompiledFilter {
+    /// Whether the lowering used a direct (byte-aligned) accessor for every field access.
+    pub(super) fn all_fields_direct(&self) -> bool {
+        let direct = |a: &Acc| !matches!(a, Acc::Bits(..));
+        let src_direct = |s: &Src| match s {
+            Src::Field(a) => direct(a),
+            _ => true,
+        };
+        self.big.iter().all(|c| match c {
+            COp::Load { acc, .. } | COp::Store { acc, .. } => direct(acc),
+            COp::StoreSrc { x, acc } => src_direct(x) && direct(acc),
+            COp::AbortIfSrc { x, .. } | COp::BinSrc { y: x, .. } => src_direct(x),
+            COp::AbortBin { x, y, .. } => src_direct(x) && src_direct(y),
+            COp::AbortRange { x, .. } => src_direct(x),
+            _ => true,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every accessor the lowering picks reads and writes exactly what the general bit-level
+    /// accessors do, for every field of every header up to 12 bytes, in both orders.
+    #[test]
+    fn specialised_accessors_match_read_bits_and_write_bits() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut windows, mut direct) = (0, 0);
+        for len in 1usize..=12 {
+            for off in 0..len as u32 * 8 {
+                for bits in 1u8..=64 {
+                    let loc = FieldLoc {
+                        bit_offset: off,
+                        bits,
+                    };
+                    if off as usize + bits as usize > len * 8 {
+                        continue;
+                    }
+                    for order in [ByteOrder::Big, ByteOrder::Little] {
+                        let acc = Acc::new(loc, order, len);
+                        match acc {
+                            Acc::Win { .. } => windows += 1,
+                            Acc::Bits(..) => {}
+                            _ => direct += 1,
+                        }
+                        let hdr: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                        assert_eq!(
+                            acc.load(&hdr),
+                            read_bits(&hdr, loc, order),
+                            "{loc:?} {order:?}"
+                        );
+                        let v = next();
+                        let (mut a, mut b) = (hdr.clone(), hdr);
+                        acc.store(&mut a, v);
+                        write_bits(&mut b, loc, order, v);
+                        assert_eq!(a, b, "{loc:?} {order:?} {acc:?}");
+                    }
+                }
+            }
+        }
+        assert!(windows > 10_000 && direct > 50, "{windows} {direct}");
+    }
+}

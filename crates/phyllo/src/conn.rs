@@ -1,0 +1,479 @@
+//! A sans-IO connection: a stack of canonical layers between an application and a link.
+//!
+//! Quinn-proto style: the driver feeds datagrams ([`Connection::handle_datagram`]) and time
+//! ([`Connection::handle_timeout`]), the application feeds messages ([`Connection::send`]); the
+//! connection produces datagrams ([`Connection::poll_transmit`]), deliveries
+//! ([`Connection::poll_delivery`]) and its next deadline ([`Connection::poll_timeout`]). It
+//! never touches a socket or a clock, so every run replays.
+//!
+//! The layered path of seed 004 §3.1: for each message the pre-phases of the layers run in
+//! order (down when sending, up when delivering); when the message leaves the stack the
+//! post-phases run. Messages that layers originate in post-phases (acks, retransmissions,
+//! fragments, reassembled or reordered messages) are queued and processed in turn within the
+//! same call, so a call processes everything to completion.
+
+use crate::layer::{
+    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Role, Verdict,
+};
+use crate::layout::{FieldRegistry, Layout, LayoutError};
+use crate::msg::{Msg, Pool};
+use crate::stack::{build_dyn, DynStack, LayerSet, SpecError};
+use crate::time::{earliest, Time};
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// Configuration of a connection.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This end's role.
+    pub role: Role,
+    /// Pre-shared key for `seal` (both ends must agree).
+    pub psk: [u8; 32],
+    /// Largest application message accepted by [`Connection::send`].
+    pub max_message: usize,
+    /// Largest number of datagrams or deliveries waiting to be polled; beyond it the oldest
+    /// datagrams are dropped (counted) — reliability layers recover them.
+    pub max_queue: usize,
+}
+
+impl Config {
+    /// Defaults for `role`: a fixed demonstration key (use [`Config::with_psk`] for real use),
+    /// 1 MiB messages.
+    pub fn new(role: Role) -> Config {
+        Config {
+            role,
+            psk: *b"phyllo demo key: replace me!!!!!",
+            max_message: 1 << 20,
+            max_queue: 4096,
+        }
+    }
+
+    /// The same with a pre-shared key.
+    pub fn with_psk(mut self, psk: [u8; 32]) -> Config {
+        self.psk = psk;
+        self
+    }
+}
+
+/// A connection could not be built.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    /// The spec string is malformed.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The layers' fields do not fit a layout.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+}
+
+/// The application's message was not accepted.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SendError {
+    /// Larger than [`Config::max_message`].
+    #[error("message of {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A layer's backlog is full; try again after polling and handling input.
+    #[error("backlog full: try again later")]
+    WouldBlock,
+}
+
+/// Connection counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Application messages accepted.
+    pub sent_msgs: u64,
+    /// Datagrams handed to the link.
+    pub datagrams_out: u64,
+    /// Bytes handed to the link.
+    pub bytes_out: u64,
+    /// Datagrams received from the link.
+    pub datagrams_in: u64,
+    /// Messages delivered to the application.
+    pub delivered: u64,
+    /// Datagrams dropped because the transmit queue was full.
+    pub tx_queue_drops: u64,
+    /// Input shorter than the header area.
+    pub truncated: u64,
+    /// Per-layer drops, indexed like the stack.
+    pub layers: Vec<(&'static str, LayerCounters)>,
+}
+
+impl Stats {
+    /// Total drops of input, all layers and reasons.
+    pub fn input_drops(&self) -> u64 {
+        self.truncated
+            + self
+                .layers
+                .iter()
+                .flat_map(|(_, c)| c.drops.iter().map(|(_, n)| *n))
+                .sum::<u64>()
+    }
+
+    /// Drops for `reason`, all layers.
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.layers.iter().map(|(_, c)| c.drops(reason)).sum()
+    }
+}
+
+/// A connection over the stack `S`.
+pub struct Connection<S: LayerSet = DynStack> {
+    layers: S,
+    layout: Layout,
+    pool: Pool,
+    out: VecDeque<Msg>,
+    delivered: VecDeque<Msg>,
+    queue: VecDeque<(Origin, Msg)>,
+    kept: Vec<(usize, Msg)>,
+    timers: Vec<Option<Time>>,
+    stats: Stats,
+    cfg: Config,
+}
+
+/// A connection over a dynamic stack.
+pub type DynConnection = Connection<DynStack>;
+
+impl Connection<DynStack> {
+    /// A connection over the dynamic stack described by `spec`.
+    pub fn from_spec(spec: &str, cfg: Config) -> Result<DynConnection, BuildError> {
+        Connection::new(build_dyn(spec)?, cfg)
+    }
+}
+
+impl<S: LayerSet> Connection<S> {
+    /// A connection over `layers`, with the traditional per-layer 4-byte-aligned layout.
+    pub fn new(mut layers: S, cfg: Config) -> Result<Connection<S>, BuildError> {
+        let n = layers.count();
+        let mut reg = FieldRegistry::new();
+        let icx = InitCx {
+            role: cfg.role,
+            psk: cfg.psk,
+            max_message: cfg.max_message,
+        };
+        for i in 0..n {
+            reg.set_layer(i);
+            layers.init_at(i, &mut reg, &icx);
+        }
+        let layout = Layout::per_layer_aligned(reg.specs(), n, 4)?;
+        let stats = Stats {
+            layers: (0..n)
+                .map(|i| (layers.name_at(i), LayerCounters::default()))
+                .collect(),
+            ..Stats::default()
+        };
+        Ok(Connection {
+            layers,
+            layout,
+            pool: Pool::default(),
+            out: VecDeque::with_capacity(64),
+            delivered: VecDeque::with_capacity(64),
+            queue: VecDeque::with_capacity(64),
+            kept: Vec::with_capacity(4),
+            timers: vec![None; n],
+            stats,
+            cfg,
+        })
+    }
+
+    /// The layout in force.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The layers.
+    pub fn layers(&self) -> &S {
+        &self.layers
+    }
+
+    /// Whether [`send`](Self::send) would accept a message now.
+    pub fn can_send(&self) -> bool {
+        self.layers.can_accept()
+    }
+
+    /// Nothing to transmit, no timer pending, no layer busy.
+    pub fn is_idle(&self) -> bool {
+        self.out.is_empty() && !self.layers.busy()
+    }
+
+    /// Send an application message.
+    pub fn send(&mut self, now: Time, data: &[u8]) -> Result<(), SendError> {
+        if data.len() > self.cfg.max_message {
+            return Err(SendError::TooLarge {
+                len: data.len(),
+                max: self.cfg.max_message,
+            });
+        }
+        if !self.layers.can_accept() {
+            return Err(SendError::WouldBlock);
+        }
+        let mut m = self.pool.alloc_copy(data);
+        m.push_front(self.layout.header_len());
+        self.stats.sent_msgs += 1;
+        self.run_send(now, 0, m);
+        self.drain(now);
+        Ok(())
+    }
+
+    /// Handle a datagram from the link (copied into a pooled buffer).
+    pub fn handle_datagram(&mut self, now: Time, data: &[u8]) {
+        let m = self.pool.alloc_copy(data);
+        self.handle_msg(now, m);
+    }
+
+    /// Handle a datagram already in a [`Msg`] (e.g. from [`alloc`](Self::alloc)).
+    pub fn handle_msg(&mut self, now: Time, m: Msg) {
+        self.stats.datagrams_in += 1;
+        if m.len() < self.layout.header_len() {
+            self.stats.truncated += 1;
+            self.pool.free(m);
+            return;
+        }
+        let n = self.layers.count();
+        self.run_deliver(now, n, m);
+        self.drain(now);
+    }
+
+    /// Run the timers that are due.
+    pub fn handle_timeout(&mut self, now: Time) {
+        for i in 0..self.timers.len() {
+            if self.timers[i].is_some_and(|t| t <= now) {
+                self.timers[i] = None;
+                let mut cx = Cx {
+                    now,
+                    layer: i,
+                    layout: &self.layout,
+                    pool: &mut self.pool,
+                    queue: &mut self.queue,
+                    timer: &mut self.timers[i],
+                    counters: &mut self.stats.layers[i].1,
+                };
+                self.layers.on_timer_at(i, &mut cx);
+            }
+        }
+        self.drain(now);
+    }
+
+    /// The next datagram to put on the link. Give it back with [`recycle`](Self::recycle).
+    #[inline]
+    pub fn poll_transmit(&mut self) -> Option<Msg> {
+        self.out.pop_front()
+    }
+
+    /// The next message for the application (its bytes are [`Msg::data`]).
+    #[inline]
+    pub fn poll_delivery(&mut self) -> Option<Msg> {
+        self.delivered.pop_front()
+    }
+
+    /// Messages waiting in [`poll_delivery`](Self::poll_delivery).
+    pub fn delivered_ready(&self) -> usize {
+        self.delivered.len()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.iter().copied().fold(None, earliest)
+    }
+
+    /// Return a message buffer to the pool.
+    #[inline]
+    pub fn recycle(&mut self, m: Msg) {
+        self.pool.free(m)
+    }
+
+    /// A pooled buffer to receive a datagram into.
+    pub fn alloc(&mut self) -> Msg {
+        self.pool.alloc()
+    }
+
+    /// The buffer pool (for drivers and counting tests).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn drain(&mut self, now: Time) {
+        // Each originated message is processed to completion; a misbehaving layer that
+        // originates without end is cut off rather than hanging the caller.
+        let mut budget = 1_000_000u32;
+        while let Some((origin, m)) = self.queue.pop_front() {
+            budget -= 1;
+            if budget == 0 {
+                self.queue.clear();
+                break;
+            }
+            let older = self.queue.len();
+            match origin {
+                Origin::Down(from) => self.run_send(now, from, m),
+                Origin::Up(from) => self.run_deliver(now, from, m),
+            }
+            // Depth first: what this message's processing originated (e.g. the message a
+            // reassembly completed) goes before older siblings (the next in-order messages),
+            // so FIFO order survives layers that hold messages back.
+            let new = self.queue.len() - older;
+            self.queue.rotate_right(new);
+        }
+    }
+
+    /// Pre-send from layer `from` down; on reaching the bottom, post-send and transmit.
+    fn run_send(&mut self, now: Time, from: usize, mut m: Msg) {
+        let n = self.layers.count();
+        let order = self.layout.order();
+        let mut stop = None;
+        {
+            let mut pkt = Packet {
+                msg: &mut m,
+                layout: &self.layout,
+                order,
+                now,
+                layer: from,
+                pool: &mut self.pool,
+                kept: &mut self.kept,
+            };
+            for i in from..n {
+                pkt.layer = i;
+                match self.layers.pre_send_at(i, &mut pkt) {
+                    Verdict::Continue => {}
+                    v => {
+                        stop = Some((i, v));
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some((i, Verdict::Drop(r))) = stop {
+            self.stats.layers[i].1.count(r);
+            self.pool.free(m);
+            for (_, k) in self.kept.drain(..) {
+                self.pool.free(k);
+            }
+            return;
+        }
+        let hdr = HeaderCopy::of(&m, self.layout.header_len());
+        let last = stop.map_or(n, |(i, _)| i);
+        for i in from..last {
+            let copy = self.take_kept(i);
+            self.post_send(now, i, &hdr, Handoff::Passed { copy });
+        }
+        match stop {
+            Some((i, _)) => self.post_send(now, i, &hdr, Handoff::Absorbed(m)),
+            None => self.transmit(m),
+        }
+    }
+
+    fn take_kept(&mut self, layer: usize) -> Option<Msg> {
+        let pos = self.kept.iter().position(|(l, _)| *l == layer)?;
+        Some(self.kept.swap_remove(pos).1)
+    }
+
+    fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+        let view = hdr.view(&self.layout, self.layout.order());
+        let mut cx = Cx {
+            now,
+            layer: i,
+            layout: &self.layout,
+            pool: &mut self.pool,
+            queue: &mut self.queue,
+            timer: &mut self.timers[i],
+            counters: &mut self.stats.layers[i].1,
+        };
+        self.layers.post_send_at(i, &view, h, &mut cx);
+    }
+
+    fn post_deliver(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+        let view = hdr.view(&self.layout, self.layout.order());
+        let mut cx = Cx {
+            now,
+            layer: i,
+            layout: &self.layout,
+            pool: &mut self.pool,
+            queue: &mut self.queue,
+            timer: &mut self.timers[i],
+            counters: &mut self.stats.layers[i].1,
+        };
+        self.layers.post_deliver_at(i, &view, h, &mut cx);
+    }
+
+    fn transmit(&mut self, m: Msg) {
+        self.stats.datagrams_out += 1;
+        self.stats.bytes_out += m.len() as u64;
+        if self.out.len() >= self.cfg.max_queue {
+            self.stats.tx_queue_drops += 1;
+            if let Some(old) = self.out.pop_front() {
+                self.pool.free(old);
+            }
+        }
+        self.out.push_back(m);
+    }
+
+    /// Pre-deliver from layer `below - 1` up; on reaching the top, post-deliver and hand the
+    /// body to the application.
+    fn run_deliver(&mut self, now: Time, below: usize, mut m: Msg) {
+        let order = self.layout.order();
+        let hl = self.layout.header_len();
+        if m.len() < hl {
+            self.stats.truncated += 1;
+            self.pool.free(m);
+            return;
+        }
+        let mut stop = None;
+        {
+            let mut pkt = Packet {
+                msg: &mut m,
+                layout: &self.layout,
+                order,
+                now,
+                layer: below,
+                pool: &mut self.pool,
+                kept: &mut self.kept,
+            };
+            for i in (0..below).rev() {
+                pkt.layer = i;
+                match self.layers.pre_deliver_at(i, &mut pkt) {
+                    Verdict::Continue => {}
+                    v => {
+                        stop = Some((i, v));
+                        break;
+                    }
+                }
+            }
+        }
+        for (_, k) in self.kept.drain(..) {
+            self.pool.free(k);
+        }
+        let hdr = HeaderCopy::of(&m, hl);
+        // Post-delivery runs top down: first the message reaches the application (or the
+        // layer that absorbed it), then the layers below that passed it update their state.
+        // That order keeps FIFO: whatever the upper layer releases (a reassembled message)
+        // is queued before what a lower layer releases next (the following in-order messages).
+        let first_passed = stop.map_or(0, |(i, _)| i + 1);
+        match stop {
+            None => {
+                m.pop_front(hl);
+                self.stats.delivered += 1;
+                self.delivered.push_back(m);
+            }
+            Some((i, Verdict::Absorb)) => {
+                self.post_deliver(now, i, &hdr, Handoff::Absorbed(m));
+            }
+            Some((i, Verdict::Drop(r))) => {
+                self.stats.layers[i].1.count(r);
+                self.pool.free(m);
+            }
+            Some((_, Verdict::Continue)) => self.pool.free(m), // never: Continue does not stop
+        }
+        // Layers that passed the message post-process it whatever happened above them: from
+        // their point of view it was delivered.
+        for i in first_passed..below {
+            self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `UdpDriver`: a thin driver that runs a sans-IO [`Connection`] over a [`UdpLink`].
+//!
+//! DESIGN.md Principles: the protocol core never touches a socket or a clock; this is where
+//! they meet. A poll receives whatever datagrams are queued (one `recvmmsg`), hands each to
+//! the connection, runs due timers and flushes what the connection wants to send (in
+//! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
+
+use crate::conn::Connection;
+use crate::link::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use crate::msg::Msg;
+use crate::stack::{DynStack, LayerSet};
+use crate::time::Time;
+use std::collections::VecDeque;
+use std::io;
+use std::time::Instant;
+
+/// A connection bound to a UDP socket.
+pub struct UdpDriver<S: LayerSet = DynStack> {
+    /// The connection (send through it, poll its deliveries).
+    pub conn: Connection<S>,
+    link: UdpLink,
+    rx: RecvBatch,
+    epoch: Instant,
+    pending: VecDeque<Msg>,
+}
+
+impl<S: LayerSet> UdpDriver<S> {
+    /// Drive `conn` over `link` (which should be connected to the peer). Time starts at
+    /// `epoch`: give both ends of a test the same one.
+    pub fn new(conn: Connection<S>, link: UdpLink, epoch: Instant) -> UdpDriver<S> {
+        UdpDriver {
+            conn,
+            link,
+            rx: RecvBatch::new(MAX_BATCH, 2048),
+            epoch,
+            pending: VecDeque::with_capacity(MAX_BATCH),
+        }
+    }
+
+    /// Now, on the connection's clock.
+    #[inline]
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// The socket.
+    pub fn link(&self) -> &UdpLink {
+        &self.link
+    }
+
+    /// Send everything the connection has queued, in batches. Datagrams the socket cannot
+    /// take now (full buffer) stay queued for the next flush.
+    pub fn flush(&mut self) -> io::Result<()> {
+        while let Some(m) = self.conn.poll_transmit() {
+            self.pending.push_back(m);
+        }
+        while !self.pending.is_empty() {
+            let mut slices: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+            let n = self.pending.len().min(MAX_BATCH);
+            for (s, m) in slices.iter_mut().zip(self.pending.iter()) {
+                *s = m.data();
+            }
+            let sent = match self.link.send_batch(&slices[..n]) {
+                Ok(k) => k,
+                // The peer's socket is gone (loopback ICMP): the reliability layer retries.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => n,
+                Err(e) => return Err(e),
+            };
+            for _ in 0..sent {
+                if let Some(m) = self.pending.pop_front() {
+                    self.conn.recycle(m);
+                }
+            }
+            if sent < n {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: receive what is queued (without waiting), run due timers, flush. Returns
+    /// the number of datagrams received.
+    pub fn poll(&mut self) -> io::Result<usize> {
+        let n = match self.link.try_recv(&mut self.rx) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
+            Err(e) => return Err(e),
+        };
+        self.absorb(n);
+        self.tick()?;
+        Ok(n)
+    }
+
+    fn absorb(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let now = self.now();
+        for i in 0..n {
+            if self.rx.is_truncated(i) {
+                continue;
+            }
+            if let Some(d) = self.rx.get(i) {
+                self.conn.handle_datagram(now, d);
+            }
+        }
+    }
+
+    /// Run due timers and flush.
+    pub fn tick(&mut self) -> io::Result<()> {
+        if let Some(t) = self.conn.poll_timeout() {
+            let now = self.now();
+            if t <= now {
+                self.conn.handle_timeout(now);
+            }
+        }
+        self.flush()
+    }
+
+    /// Send an application message (flushed at once). On `WouldBlock` the caller polls and
+    /// tries again.
+    pub fn send(&mut self, data: &[u8]) -> Result<(), crate::conn::SendError> {
+        let now = self.now();
+        self.conn.send(now, data)?;
+        let _ = self.flush();
+        Ok(())
+    }
+
+    /// Busy-poll until a message is delivered or `deadline` passes.
+    pub fn recv_busy(&mut self, deadline: Instant) -> io::Result<Option<Msg>> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(m) = self.conn.poll_delivery() {
+                return Ok(Some(m));
+            }
+            self.poll()?;
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && Instant::now() >= deadline {
+                return Ok(self.conn.poll_delivery());
+            }
+        }
+    }
+
+    /// Block in the kernel (at most until the connection's next deadline or `deadline`) until
+    /// a message is delivered.
+    pub fn recv_blocking(&mut self, deadline: Instant) -> io::Result<Option<Msg>> {
+        loop {
+            if let Some(m) = self.conn.poll_delivery() {
+                return Ok(Some(m));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let mut wait = deadline - now;
+            if let Some(t) = self.conn.poll_timeout() {
+                wait = wait.min(t.since(self.now()));
+            }
+            let n = match self.link.recv_timeout(
+                &mut self.rx,
+                Some(wait.max(std::time::Duration::from_micros(1))),
+            ) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
+                Err(e) => return Err(e),
+            };
+            self.absorb(n);
+            self.tick()?;
+        }
+    }
+}

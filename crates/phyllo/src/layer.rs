@@ -1,0 +1,460 @@
+//! The `Layer` trait: canonical protocol processing.
+//!
+//! Seed 004 §3.1: the send and delivery processing of a layer is split in two phases.
+//! **Pre-processing** ([`Layer::pre_send`], [`Layer::pre_deliver`]) builds or checks the header
+//! and reads the protocol state but never changes it — hence `&self`. **Post-processing**
+//! ([`Layer::post_send`], [`Layer::post_deliver`]) updates the state (sequence numbers,
+//! retransmission copies, reassembly) and may originate messages (acks, retransmissions,
+//! fragments) and ask for timers. Because pre-phases change no state, the pre-phases of every
+//! layer can run before the post-phase of any layer: the message goes out (or up) first and the
+//! state is updated afterwards — the Protocol Accelerator puts its fast path in front of exactly
+//! this split.
+//!
+//! Layers never see raw header offsets: they declare fields at initialisation
+//! ([`Layer::init`] with a [`FieldRegistry`]) and read and write them through
+//! [`FieldHandle`]s on a [`Packet`] or a [`Hdr`].
+
+use crate::field::{read_bits, write_bits, ByteOrder, FieldHandle};
+use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
+use crate::msg::{Msg, Pool};
+use crate::time::Time;
+use std::fmt;
+
+/// Which end of a connection this is (chooses per-direction keys and the like).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The side that opened the connection.
+    Initiator,
+    /// The side that accepted it.
+    Responder,
+}
+
+/// What a layer learns at initialisation besides the field registry.
+#[derive(Clone, Debug)]
+pub struct InitCx {
+    /// This end's role.
+    pub role: Role,
+    /// Pre-shared key for layers that need one (`seal`).
+    pub psk: [u8; 32],
+    /// Largest application message the connection accepts.
+    pub max_message: usize,
+}
+
+/// Why a layer refused a packet. Counted per layer in the connection's statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// Shorter than the header area or than a layer's trailer.
+    Truncated,
+    /// A field holds a value the layer never sends.
+    Malformed,
+    /// The Internet checksum does not match.
+    Checksum,
+    /// AEAD authentication failed (tampered or wrong key).
+    Auth,
+    /// The replay window has seen this nonce, or it is too old.
+    Replay,
+    /// Outside the receive window.
+    OutOfWindow,
+    /// A duplicate of something already received.
+    Duplicate,
+    /// Larger than the configured maximum.
+    TooLarge,
+    /// Reassembly state was evicted to stay within its bound.
+    Evicted,
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            DropReason::Truncated => "truncated",
+            DropReason::Malformed => "malformed",
+            DropReason::Checksum => "checksum",
+            DropReason::Auth => "auth",
+            DropReason::Replay => "replay",
+            DropReason::OutOfWindow => "out-of-window",
+            DropReason::Duplicate => "duplicate",
+            DropReason::TooLarge => "too-large",
+            DropReason::Evicted => "evicted",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The verdict of a pre-phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass the message on (down when sending, up when delivering).
+    Continue,
+    /// Stop here: the layer takes the message in its post-phase ([`Handoff::Absorbed`]), to
+    /// buffer, fragment, reassemble or reorder it.
+    Absorb,
+    /// Refuse the message; it is counted and freed.
+    Drop(DropReason),
+}
+
+/// What a post-phase is handed.
+#[derive(Debug)]
+pub enum Handoff {
+    /// The message passed this layer's pre-phase and went on. `copy` holds the copy the layer
+    /// asked for with [`Packet::keep_copy`], taken as the message left this layer.
+    Passed {
+        /// The requested copy, if any.
+        copy: Option<Msg>,
+    },
+    /// The layer's pre-phase absorbed the message; here it is.
+    Absorbed(Msg),
+}
+
+/// A message being pre-processed: its header area and body.
+pub struct Packet<'a> {
+    pub(crate) msg: &'a mut Msg,
+    pub(crate) layout: &'a Layout,
+    pub(crate) order: ByteOrder,
+    pub(crate) now: Time,
+    pub(crate) layer: usize,
+    pub(crate) pool: &'a mut Pool,
+    pub(crate) kept: &'a mut Vec<(usize, Msg)>,
+}
+
+impl<'a> Packet<'a> {
+    /// Read a field.
+    #[inline]
+    pub fn get(&self, h: FieldHandle) -> u64 {
+        let hl = self.layout.header_len().min(self.msg.len());
+        read_bits(&self.msg.data()[..hl], self.layout.loc(h), self.order)
+    }
+
+    /// Write a field (truncated to its width).
+    #[inline]
+    pub fn set(&mut self, h: FieldHandle, v: u64) {
+        let hl = self.layout.header_len().min(self.msg.len());
+        write_bits(
+            &mut self.msg.data_mut()[..hl],
+            self.layout.loc(h),
+            self.order,
+            v,
+        )
+    }
+
+    /// The header area.
+    #[inline]
+    pub fn header(&self) -> &[u8] {
+        let hl = self.layout.header_len().min(self.msg.len());
+        &self.msg.data()[..hl]
+    }
+
+    /// The body behind the header area.
+    #[inline]
+    pub fn body(&self) -> &[u8] {
+        let hl = self.layout.header_len().min(self.msg.len());
+        &self.msg.data()[hl..]
+    }
+
+    /// Header area and body, the body mutable (for in-place encryption).
+    #[inline]
+    pub fn split_mut(&mut self) -> (&[u8], &mut [u8]) {
+        let hl = self.layout.header_len().min(self.msg.len());
+        let (h, b) = self.msg.data_mut().split_at_mut(hl);
+        (h, b)
+    }
+
+    /// The whole message, for trailers (`push_back`/`pop_back`).
+    #[inline]
+    pub fn msg_mut(&mut self) -> &mut Msg {
+        self.msg
+    }
+
+    /// The layout in force.
+    pub fn layout(&self) -> &Layout {
+        self.layout
+    }
+
+    /// Now.
+    #[inline]
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Index of the layer running (0 = top).
+    #[inline]
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+
+    /// The byte order of the header.
+    #[inline]
+    pub fn order(&self) -> ByteOrder {
+        self.order
+    }
+
+    /// Ask for a copy of the message as it is now (header area and body) in this layer's
+    /// post-phase ([`Handoff::Passed`]). Lower layers may still transform the message (e.g.
+    /// encrypt it); the copy is taken before they do. Copying is not a state change.
+    pub fn keep_copy(&mut self) {
+        let copy = self.pool.alloc_copy(self.msg.data());
+        self.kept.push((self.layer, copy));
+    }
+}
+
+/// A read-only view of a header area, handed to post-phases.
+#[derive(Clone, Copy)]
+pub struct Hdr<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) layout: &'a Layout,
+    pub(crate) order: ByteOrder,
+}
+
+impl<'a> Hdr<'a> {
+    /// A view of `bytes` under `layout`, in `order`.
+    pub fn new(bytes: &'a [u8], layout: &'a Layout, order: ByteOrder) -> Hdr<'a> {
+        Hdr {
+            bytes,
+            layout,
+            order,
+        }
+    }
+
+    /// Read a field.
+    #[inline]
+    pub fn get(&self, h: FieldHandle) -> u64 {
+        read_bits(self.bytes, self.layout.loc(h), self.order)
+    }
+
+    /// The raw header bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+/// A copy of a header area on the stack, so post-phases can read it after the message moved.
+#[derive(Clone, Copy)]
+pub(crate) struct HeaderCopy {
+    pub(crate) bytes: [u8; MAX_HEADER],
+    pub(crate) len: usize,
+}
+
+impl HeaderCopy {
+    #[inline]
+    pub(crate) fn of(msg: &Msg, header_len: usize) -> HeaderCopy {
+        let mut bytes = [0u8; MAX_HEADER];
+        let len = header_len.min(msg.len());
+        bytes[..len].copy_from_slice(&msg.data()[..len]);
+        HeaderCopy { bytes, len }
+    }
+
+    #[inline]
+    pub(crate) fn view<'a>(&'a self, layout: &'a Layout, order: ByteOrder) -> Hdr<'a> {
+        Hdr::new(&self.bytes[..self.len], layout, order)
+    }
+}
+
+/// Where an originated message enters the stack.
+#[derive(Debug)]
+pub(crate) enum Origin {
+    /// Pre-send from this layer index down.
+    Down(usize),
+    /// Pre-deliver from this layer index up.
+    Up(usize),
+}
+
+/// Per-layer counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayerCounters {
+    /// Drops by reason.
+    pub drops: Vec<(DropReason, u64)>,
+}
+
+impl LayerCounters {
+    pub(crate) fn count(&mut self, r: DropReason) {
+        match self.drops.iter_mut().find(|(d, _)| *d == r) {
+            Some((_, n)) => *n += 1,
+            None => self.drops.push((r, 1)),
+        }
+    }
+
+    /// Drops for `r`.
+    pub fn drops(&self, r: DropReason) -> u64 {
+        self.drops
+            .iter()
+            .find(|(d, _)| *d == r)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// What a post-phase or timer handler may do: allocate, originate messages, set its timer,
+/// count drops.
+pub struct Cx<'a> {
+    pub(crate) now: Time,
+    pub(crate) layer: usize,
+    pub(crate) layout: &'a Layout,
+    pub(crate) pool: &'a mut Pool,
+    pub(crate) queue: &'a mut std::collections::VecDeque<(Origin, Msg)>,
+    pub(crate) timer: &'a mut Option<Time>,
+    pub(crate) counters: &'a mut LayerCounters,
+}
+
+impl<'a> Cx<'a> {
+    /// Now.
+    #[inline]
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// An empty message from the pool.
+    #[inline]
+    pub fn alloc(&mut self) -> Msg {
+        self.pool.alloc()
+    }
+
+    /// A copy of `m` from the pool.
+    #[inline]
+    pub fn copy(&mut self, m: &Msg) -> Msg {
+        self.pool.alloc_copy(m.data())
+    }
+
+    /// A message with a zeroed header area and an empty body (for acks and the like).
+    pub fn new_packet(&mut self) -> Msg {
+        let mut m = self.pool.alloc();
+        m.push_front(self.layout.header_len());
+        m
+    }
+
+    /// Give a message back to the pool.
+    #[inline]
+    pub fn free(&mut self, m: Msg) {
+        self.pool.free(m)
+    }
+
+    /// Bytes of header area in front of every body.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        self.layout.header_len()
+    }
+
+    /// Read a field of message `m` (which starts with a header area).
+    #[inline]
+    pub fn get(&self, m: &Msg, h: FieldHandle) -> u64 {
+        let hl = self.layout.header_len().min(m.len());
+        read_bits(&m.data()[..hl], self.layout.loc(h), self.layout.order())
+    }
+
+    /// Write a field of message `m` (which starts with a header area).
+    #[inline]
+    pub fn set(&self, m: &mut Msg, h: FieldHandle, v: u64) {
+        let hl = self.layout.header_len().min(m.len());
+        write_bits(
+            &mut m.data_mut()[..hl],
+            self.layout.loc(h),
+            self.layout.order(),
+            v,
+        )
+    }
+
+    /// Send `m` (header area + body) through the layers below this one.
+    #[inline]
+    pub fn send_down(&mut self, m: Msg) {
+        self.queue.push_back((Origin::Down(self.layer + 1), m));
+    }
+
+    /// Deliver `m` (header area + body) through the layers above this one.
+    #[inline]
+    pub fn deliver_up(&mut self, m: Msg) {
+        self.queue.push_back((Origin::Up(self.layer), m));
+    }
+
+    /// Ask for [`Layer::on_timer`] at `at` (replaces this layer's previous request).
+    #[inline]
+    pub fn set_timer(&mut self, at: Time) {
+        *self.timer = Some(at);
+    }
+
+    /// Cancel this layer's timer.
+    #[inline]
+    pub fn clear_timer(&mut self) {
+        *self.timer = None;
+    }
+
+    /// This layer's pending timer.
+    pub fn timer(&self) -> Option<Time> {
+        *self.timer
+    }
+
+    /// Count a drop decided in a post-phase.
+    pub fn count_drop(&mut self, r: DropReason) {
+        self.counters.count(r)
+    }
+}
+
+/// A protocol layer with canonical processing (seed 004 §3.1).
+///
+/// Index 0 of a stack is the top (next to the application). Pre-phases take `&self`: they may
+/// build or check the header and transform the message (encrypt, decrypt), but never change
+/// the layer's state. Post-phases take `&mut self` and see a copy of the header area.
+pub trait Layer: Send {
+    /// Short name, as in a spec string.
+    fn name(&self) -> &'static str;
+
+    /// Declare header fields (seed 004's `add_field`) and read the configuration.
+    fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx);
+
+    /// Whether one more application message can be accepted now (bounded backlogs).
+    fn can_accept(&self) -> bool {
+        true
+    }
+
+    /// Pre-sending: build this layer's header fields.
+    fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict;
+
+    /// Post-sending: update the state after the message went on.
+    fn post_send(&mut self, hdr: &Hdr<'_>, handoff: Handoff, cx: &mut Cx<'_>);
+
+    /// Pre-delivery: check this layer's header fields.
+    fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict;
+
+    /// Post-delivery: update the state after the message went up.
+    fn post_deliver(&mut self, hdr: &Hdr<'_>, handoff: Handoff, cx: &mut Cx<'_>);
+
+    /// This layer's timer expired.
+    fn on_timer(&mut self, cx: &mut Cx<'_>) {
+        let _ = cx;
+    }
+
+    /// Whether the layer still has work outstanding (unacknowledged data, buffered messages).
+    fn busy(&self) -> bool {
+        false
+    }
+}
+
+impl<L: Layer + ?Sized> Layer for Box<L> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
+        (**self).init(fields, cx)
+    }
+    fn can_accept(&self) -> bool {
+        (**self).can_accept()
+    }
+    #[inline]
+    fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
+        (**self).pre_send(pkt)
+    }
+    #[inline]
+    fn post_send(&mut self, hdr: &Hdr<'_>, handoff: Handoff, cx: &mut Cx<'_>) {
+        (**self).post_send(hdr, handoff, cx)
+    }
+    #[inline]
+    fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
+        (**self).pre_deliver(pkt)
+    }
+    #[inline]
+    fn post_deliver(&mut self, hdr: &Hdr<'_>, handoff: Handoff, cx: &mut Cx<'_>) {
+        (**self).post_deliver(hdr, handoff, cx)
+    }
+    fn on_timer(&mut self, cx: &mut Cx<'_>) {
+        (**self).on_timer(cx)
+    }
+    fn busy(&self) -> bool {
+        (**self).busy()
+    }
+}

@@ -1,0 +1,213 @@
+//! `frag`: fragmentation and bounded reassembly.
+//!
+//! Seed 004 §6 (Fragmentation/Reassembly): the frag layer keeps large messages off the fast
+//! path with a one-bit protocol-specific field that is set if and only if the message is a
+//! fragment, so the receiver's header prediction fails and reassembly takes the layered path.
+//! A message whose body exceeds the fragment size is absorbed in pre-send and split in
+//! post-send; each fragment's body starts with a 12-byte fragment header (message id, total
+//! length, offset; big-endian) that only fragments carry, so ordinary messages pay one bit.
+//!
+//! Reassembly is bounded: at most [`MAX_SLOTS`] messages in progress (the oldest is evicted and
+//! counted) and none longer than the connection's maximum message size. Overlapping, misplaced
+//! or inconsistent fragments are counted and dropped.
+
+use crate::field::{FieldClass, FieldHandle};
+use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
+use crate::layout::FieldRegistry;
+use crate::msg::Msg;
+
+/// Bytes of the fragment header at the start of a fragment's body.
+pub const FRAG_HEADER: usize = 12;
+/// Reassemblies in progress at most.
+pub const MAX_SLOTS: usize = 4;
+
+#[derive(Debug)]
+struct Slot {
+    id: u32,
+    total: usize,
+    /// Header area of the first fragment, then the message body.
+    msg: Msg,
+    got: Vec<bool>,
+    missing: usize,
+    age: u64,
+}
+
+/// The frag layer.
+#[derive(Debug)]
+pub struct Frag {
+    /// Largest body of any message leaving this layer.
+    size: usize,
+    max_message: usize,
+    field: Option<FieldHandle>,
+    next_id: u32,
+    slots: Vec<Slot>,
+    clock: u64,
+}
+
+impl Frag {
+    /// A frag layer whose fragments carry at most `size` body bytes (at least 64).
+    pub fn new(size: usize) -> Frag {
+        Frag {
+            size: size.max(64),
+            max_message: 1 << 20,
+            field: None,
+            next_id: 0,
+            slots: Vec::new(),
+            clock: 0,
+        }
+    }
+
+    /// Payload bytes per fragment.
+    fn chunk(&self) -> usize {
+        self.size - FRAG_HEADER
+    }
+
+    /// Reassemblies in progress.
+    pub fn in_progress(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn parse(body: &[u8]) -> Option<(u32, usize, usize)> {
+        let h = body.get(..FRAG_HEADER)?;
+        let id = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+        let total = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        let off = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        Some((id, total, off))
+    }
+
+    /// Whether a fragment is well-formed: in bounds, at a chunk boundary, of the right length.
+    fn check(&self, body: &[u8]) -> Result<(u32, usize, usize), DropReason> {
+        let (id, total, off) = Self::parse(body).ok_or(DropReason::Truncated)?;
+        let len = body.len() - FRAG_HEADER;
+        if total > self.max_message {
+            return Err(DropReason::TooLarge);
+        }
+        if total <= self.size
+            || off % self.chunk() != 0
+            || off >= total
+            || len != self.chunk().min(total - off)
+        {
+            return Err(DropReason::Malformed);
+        }
+        Ok((id, total, off))
+    }
+}
+
+impl Layer for Frag {
+    fn name(&self) -> &'static str {
+        "frag"
+    }
+
+    fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
+        self.field = Some(fields.add_field(FieldClass::ProtoSpecific, "frag", 1, None));
+        self.max_message = cx.max_message;
+    }
+
+    fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
+        if pkt.body().len() > self.size {
+            Verdict::Absorb
+        } else {
+            Verdict::Continue
+        }
+    }
+
+    fn post_send(&mut self, _: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
+        let (Handoff::Absorbed(m), Some(field)) = (h, self.field) else {
+            return;
+        };
+        let hl = cx.header_len();
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let body = &m.data()[hl..];
+        let total = body.len();
+        for (k, chunk) in body.chunks(self.chunk()).enumerate() {
+            let mut f = cx.alloc();
+            f.extend_from_slice(&m.data()[..hl]);
+            f.extend_from_slice(&id.to_be_bytes());
+            f.extend_from_slice(&(total as u32).to_be_bytes());
+            f.extend_from_slice(&((k * self.chunk()) as u32).to_be_bytes());
+            f.extend_from_slice(chunk);
+            cx.set(&mut f, field, 1);
+            cx.send_down(f);
+        }
+        cx.free(m);
+    }
+
+    fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
+        let Some(field) = self.field else {
+            return Verdict::Continue;
+        };
+        if pkt.get(field) == 0 {
+            return Verdict::Continue;
+        }
+        match self.check(pkt.body()) {
+            Ok(_) => Verdict::Absorb,
+            Err(r) => Verdict::Drop(r),
+        }
+    }
+
+    fn post_deliver(&mut self, _: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
+        let (Handoff::Absorbed(m), Some(field)) = (h, self.field) else {
+            return;
+        };
+        let hl = cx.header_len();
+        let Ok((id, total, off)) = self.check(&m.data()[hl..]) else {
+            cx.free(m);
+            return;
+        };
+        self.clock += 1;
+        let idx = match self.slots.iter().position(|s| s.id == id) {
+            Some(i) if self.slots[i].total == total => i,
+            Some(_) => {
+                cx.count_drop(DropReason::Malformed);
+                cx.free(m);
+                return;
+            }
+            None => {
+                if self.slots.len() >= MAX_SLOTS {
+                    let oldest = (0..self.slots.len())
+                        .min_by_key(|&i| self.slots[i].age)
+                        .unwrap_or(0);
+                    let s = self.slots.swap_remove(oldest);
+                    cx.free(s.msg);
+                    cx.count_drop(DropReason::Evicted);
+                }
+                let mut buf = cx.alloc();
+                buf.extend_from_slice(&m.data()[..hl]);
+                buf.push_back(total);
+                let n = total.div_ceil(self.chunk());
+                self.slots.push(Slot {
+                    id,
+                    total,
+                    msg: buf,
+                    got: vec![false; n],
+                    missing: n,
+                    age: self.clock,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let k = off / self.chunk();
+        let slot = &mut self.slots[idx];
+        slot.age = self.clock;
+        if slot.got[k] {
+            cx.count_drop(DropReason::Duplicate);
+            cx.free(m);
+            return;
+        }
+        slot.got[k] = true;
+        slot.missing -= 1;
+        let data = &m.data()[hl + FRAG_HEADER..];
+        slot.msg.data_mut()[hl + off..hl + off + data.len()].copy_from_slice(data);
+        cx.free(m);
+        if slot.missing == 0 {
+            let mut whole = self.slots.swap_remove(idx).msg;
+            cx.set(&mut whole, field, 0);
+            cx.deliver_up(whole);
+        }
+    }
+
+    fn busy(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,11 @@
+//! The built-in layers (DESIGN.md §1): `window`, `frag`, `checksum`, `seal`.
+
+mod checksum;
+mod frag;
+mod seal;
+mod window;
+
+pub use checksum::{covered_checksum, internet_checksum, Checksum};
+pub use frag::Frag;
+pub use seal::Seal;
+pub use window::Window;

@@ -1,0 +1,766 @@
+//! The UDP link: real sockets, batched with `sendmmsg`/`recvmmsg`.
+//!
+//! DESIGN.md §1 (links). A [`UdpLink`] is one UDP socket bound to a local address and, usually,
+//! connected to a peer. Datagrams move in batches: [`UdpLink::send_batch`] is one `sendmmsg`
+//! call and every receive is one `recvmmsg` call into a [`RecvBatch`], which owns its buffers,
+//! lengths and source addresses, allocated once, so the steady state allocates nothing.
+//!
+//! Receive modes, chosen per call:
+//! - [`UdpLink::try_recv`]: non-blocking (`MSG_DONTWAIT`); `Ok(0)` when nothing is queued.
+//! - [`UdpLink::recv_busy`]: spins on non-blocking receives until at least one datagram arrives
+//!   or a deadline passes — the lowest-latency mode, at the price of a core.
+//! - [`UdpLink::recv_timeout`]: blocks (`MSG_WAITFORONE`) until at least one datagram arrives
+//!   or the timeout expires.
+//! - [`UdpLink::recv_batch`]: blocking or non-blocking according to
+//!   [`UdpLink::set_nonblocking`].
+//!
+//! The socket's file descriptor itself is never put in `O_NONBLOCK` mode: non-blocking
+//! behaviour comes from `MSG_DONTWAIT` per call, so one socket serves every mode (and can be
+//! registered with epoll by a driver that only uses [`UdpLink::try_recv`]).
+//!
+//! Where the kernel lacks `sendmmsg`/`recvmmsg` (`ENOSYS`, e.g. under some seccomp sandboxes),
+//! the link falls back to loops of `send`/`sendto` and `recvfrom` with the same semantics; the
+//! fallback can also be forced with [`UdpLink::set_batching`] to measure what batching is worth.
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// The most datagrams one `sendmmsg`/`recvmmsg` call moves (the batch arrays live on the stack).
+pub const MAX_BATCH: usize = 64;
+
+/// The largest UDP payload over IPv4 (65 535 − 8 bytes UDP header − 20 bytes IP header).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// A receive-buffer capacity that holds any datagram of a 1500-byte Ethernet MTU.
+pub const DEFAULT_DATAGRAM_CAPACITY: usize = 2048;
+
+/// Counters of one link: what it moved and how many system calls it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Send system calls made (`sendmmsg`, or one per datagram in the fallback).
+    pub send_calls: u64,
+    /// Receive system calls made, including those that found nothing.
+    pub recv_calls: u64,
+    /// Datagrams handed to the kernel.
+    pub datagrams_sent: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Received datagrams longer than their buffer (the excess was discarded by the kernel).
+    pub truncated: u64,
+    /// Non-blocking receives that found nothing (busy-poll spins).
+    pub empty_polls: u64,
+}
+
+/// Buffers for one batched receive: `slots` buffers of `capacity` bytes each, with the length,
+/// truncation flag and source address of every datagram received into them.
+///
+/// Allocated once by [`RecvBatch::new`]; every receive reuses it.
+pub struct RecvBatch {
+    buf: Vec<u8>,
+    capacity: usize,
+    lens: Vec<usize>,
+    truncated: Vec<bool>,
+    names: Vec<libc::sockaddr_storage>,
+    filled: usize,
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("slots", &self.slots())
+            .field("capacity", &self.capacity)
+            .field("filled", &self.filled)
+            .finish()
+    }
+}
+
+impl RecvBatch {
+    /// Buffers for up to `slots` datagrams (clamped to `1..=MAX_BATCH`) of up to `capacity`
+    /// bytes each (clamped to `1..=MAX_UDP_PAYLOAD`). Longer datagrams are truncated and
+    /// flagged ([`RecvBatch::is_truncated`]).
+    pub fn new(slots: usize, capacity: usize) -> Self {
+        let slots = slots.clamp(1, MAX_BATCH);
+        let capacity = capacity.clamp(1, MAX_UDP_PAYLOAD);
+        RecvBatch {
+            buf: vec![0; slots * capacity],
+            capacity,
+            lens: vec![0; slots],
+            truncated: vec![false; slots],
+            names: vec![zeroed_storage(); slots],
+            filled: 0,
+        }
+    }
+
+    /// How many datagrams one receive can take.
+    pub fn slots(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// The capacity of each buffer, in bytes.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How many datagrams the last receive delivered.
+    pub fn len(&self) -> usize {
+        self.filled
+    }
+
+    /// True when the last receive delivered nothing.
+    pub fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
+    /// Forget the datagrams of the last receive.
+    pub fn clear(&mut self) {
+        self.filled = 0;
+    }
+
+    /// The payload of datagram `i` of the last receive (truncated to the capacity).
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        (i < self.filled).then(|| {
+            let start = i * self.capacity;
+            &self.buf[start..start + self.lens[i].min(self.capacity)]
+        })
+    }
+
+    /// Where datagram `i` of the last receive came from.
+    pub fn source(&self, i: usize) -> Option<SocketAddr> {
+        if i < self.filled {
+            storage_to_addr(&self.names[i])
+        } else {
+            None
+        }
+    }
+
+    /// True when datagram `i` was longer than the buffer and lost its tail.
+    pub fn is_truncated(&self, i: usize) -> bool {
+        i < self.filled && self.truncated[i]
+    }
+
+    /// The payloads of the last receive, in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.filled).filter_map(move |i| self.get(i))
+    }
+}
+
+/// A UDP socket that sends and receives datagrams in batches.
+#[derive(Debug)]
+pub struct UdpLink {
+    socket: Socket,
+    local: SocketAddr,
+    peer: Option<SocketAddr>,
+    nonblocking: bool,
+    batching: bool,
+    read_timeout: Option<Duration>,
+    stats: LinkStats,
+}
+
+impl UdpLink {
+    /// A link bound to `local` (port 0 picks a free port), not connected, in blocking mode.
+    pub fn bind(local: SocketAddr) -> io::Result<Self> {
+        let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.bind(&local.into())?;
+        let local = socket
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("bound socket has no IP address"))?;
+        Ok(UdpLink {
+            socket,
+            local,
+            peer: None,
+            nonblocking: false,
+            batching: true,
+            read_timeout: None,
+            stats: LinkStats::default(),
+        })
+    }
+
+    /// Two links on `127.0.0.1`, each connected to the other.
+    pub fn loopback_pair() -> io::Result<(UdpLink, UdpLink)> {
+        let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let mut a = UdpLink::bind(any)?;
+        let mut b = UdpLink::bind(any)?;
+        a.connect(b.local_addr())?;
+        b.connect(a.local_addr())?;
+        Ok((a, b))
+    }
+
+    /// Connect to `peer`: [`UdpLink::send_batch`] goes there and only its datagrams are
+    /// received.
+    pub fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+        self.socket.connect(&peer.into())?;
+        self.peer = Some(peer);
+        Ok(())
+    }
+
+    /// The local address (with the port the kernel chose).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The connected peer, if any.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Ask for a receive buffer of `bytes` (`SO_RCVBUF`); returns the size the kernel granted
+    /// (Linux doubles the request and caps it at `net.core.rmem_max`).
+    pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<usize> {
+        self.socket.set_recv_buffer_size(bytes)?;
+        self.socket.recv_buffer_size()
+    }
+
+    /// Ask for a send buffer of `bytes` (`SO_SNDBUF`); returns the size the kernel granted.
+    pub fn set_send_buffer_size(&self, bytes: usize) -> io::Result<usize> {
+        self.socket.set_send_buffer_size(bytes)?;
+        self.socket.send_buffer_size()
+    }
+
+    /// In non-blocking mode [`UdpLink::send_batch`] and [`UdpLink::recv_batch`] return `Ok(0)`
+    /// instead of waiting. The default is blocking.
+    pub fn set_nonblocking(&mut self, nonblocking: bool) {
+        self.nonblocking = nonblocking;
+    }
+
+    /// Whether the link is in non-blocking mode.
+    pub fn is_nonblocking(&self) -> bool {
+        self.nonblocking
+    }
+
+    /// Use `sendmmsg`/`recvmmsg` (the default) or per-datagram `sendto`/`recvfrom` loops.
+    /// Batching is switched off automatically when the kernel answers `ENOSYS`.
+    pub fn set_batching(&mut self, batching: bool) {
+        self.batching = batching;
+    }
+
+    /// Whether batched system calls are in use.
+    pub fn is_batching(&self) -> bool {
+        self.batching
+    }
+
+    /// The link's counters.
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Send up to [`MAX_BATCH`] datagrams to the connected peer with one `sendmmsg` call.
+    ///
+    /// Returns how many were sent, which may be fewer than given (more than `MAX_BATCH`, or a
+    /// full socket buffer in non-blocking mode, where nothing sent is `Ok(0)`). Fails with
+    /// `NotConnected`-like errors (`EDESTADDRREQ`) on an unconnected link.
+    pub fn send_batch(&mut self, datagrams: &[&[u8]]) -> io::Result<usize> {
+        self.send_inner(datagrams, None)
+    }
+
+    /// Like [`UdpLink::send_batch`], to an explicit destination (the link need not be
+    /// connected).
+    pub fn send_batch_to(&mut self, datagrams: &[&[u8]], to: SocketAddr) -> io::Result<usize> {
+        let to = SockAddr::from(to);
+        self.send_inner(datagrams, Some(&to))
+    }
+
+    fn send_inner(&mut self, datagrams: &[&[u8]], to: Option<&SockAddr>) -> io::Result<usize> {
+        let datagrams = &datagrams[..datagrams.len().min(MAX_BATCH)];
+        if datagrams.is_empty() {
+            return Ok(0);
+        }
+        let flags = if self.nonblocking {
+            libc::MSG_DONTWAIT
+        } else {
+            0
+        };
+        let result = if self.batching {
+            self.stats.send_calls += 1;
+            match sys::send_mmsg(self.socket.as_fd(), datagrams, to, flags) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                    self.batching = false;
+                    self.send_fallback(datagrams, to, flags)
+                }
+                r => r,
+            }
+        } else {
+            self.send_fallback(datagrams, to, flags)
+        };
+        match result {
+            Ok(n) => {
+                self.stats.datagrams_sent += n as u64;
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn send_fallback(
+        &mut self,
+        datagrams: &[&[u8]],
+        to: Option<&SockAddr>,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        for (i, d) in datagrams.iter().enumerate() {
+            self.stats.send_calls += 1;
+            let r = match to {
+                Some(to) => self.socket.send_to_with_flags(d, to, flags),
+                None => self.socket.send_with_flags(d, flags),
+            };
+            if let Err(e) = r {
+                return if i == 0 { Err(e) } else { Ok(i) };
+            }
+        }
+        Ok(datagrams.len())
+    }
+
+    /// One receive into `batch`: blocking (until at least one datagram) or non-blocking
+    /// (`Ok(0)` when nothing is queued) according to [`UdpLink::set_nonblocking`].
+    pub fn recv_batch(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        if self.nonblocking {
+            self.try_recv(batch)
+        } else {
+            self.recv_timeout(batch, None)
+        }
+    }
+
+    /// One non-blocking receive into `batch`: `Ok(0)` when nothing is queued.
+    pub fn try_recv(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
+        self.recv_inner(batch, libc::MSG_DONTWAIT)
+    }
+
+    /// Busy-poll: repeat non-blocking receives until at least one datagram arrives (returns
+    /// how many) or `deadline` passes (returns `Ok(0)`).
+    pub fn recv_busy(&mut self, batch: &mut RecvBatch, deadline: Instant) -> io::Result<usize> {
+        loop {
+            let n = self.try_recv(batch)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            // Check the clock only every few spins: `Instant::now` costs about as much as
+            // the empty receive itself.
+            if self.stats.empty_polls.is_multiple_of(8) && Instant::now() >= deadline {
+                return Ok(0);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Blocking receive: waits until at least one datagram arrives (then takes whatever else
+    /// is queued, up to the batch size) or `timeout` expires (`Ok(0)`). `None` waits forever.
+    pub fn recv_timeout(
+        &mut self,
+        batch: &mut RecvBatch,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        if timeout == Some(Duration::ZERO) {
+            return self.try_recv(batch);
+        }
+        if self.read_timeout != timeout {
+            self.socket.set_read_timeout(timeout)?;
+            self.read_timeout = timeout;
+        }
+        self.recv_inner(batch, libc::MSG_WAITFORONE)
+    }
+
+    fn recv_inner(&mut self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
+        batch.filled = 0;
+        let result = if self.batching {
+            self.stats.recv_calls += 1;
+            match sys::recv_mmsg(self.socket.as_fd(), batch, flags) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                    self.batching = false;
+                    self.recv_fallback(batch, flags)
+                }
+                r => r,
+            }
+        } else {
+            self.recv_fallback(batch, flags)
+        };
+        match result {
+            Ok(n) => {
+                batch.filled = n;
+                self.stats.datagrams_received += n as u64;
+                self.stats.truncated += batch.truncated[..n].iter().filter(|t| **t).count() as u64;
+                if n == 0 {
+                    self.stats.empty_polls += 1;
+                }
+                Ok(n)
+            }
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
+            {
+                self.stats.empty_polls += 1;
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn recv_fallback(&mut self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
+        // The first receive honours the caller's mode; the rest only take what is queued.
+        let first_flags = flags & !libc::MSG_WAITFORONE;
+        let cap = batch.capacity;
+        for i in 0..batch.slots() {
+            self.stats.recv_calls += 1;
+            let f = if i == 0 {
+                first_flags
+            } else {
+                libc::MSG_DONTWAIT
+            };
+            let buf = &mut batch.buf[i * cap..(i + 1) * cap];
+            match sys::recv_from(self.socket.as_fd(), buf, &mut batch.names[i], f) {
+                Ok(len) => {
+                    batch.lens[i] = len.min(cap);
+                    batch.truncated[i] = len > cap;
+                }
+                Err(e) => return if i == 0 { Err(e) } else { Ok(i) },
+            }
+        }
+        Ok(batch.slots())
+    }
+}
+
+impl AsRawFd for UdpLink {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+impl AsFd for UdpLink {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+fn zeroed_storage() -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain old data (integers and byte arrays); all zeros is a
+    // valid value (family AF_UNSPEC).
+    unsafe { mem::zeroed() }
+}
+
+/// The IP socket address in `s`, if it holds one.
+fn storage_to_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller than
+            // sockaddr_storage and needs no stricter alignment.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// The system calls, each in a safe wrapper that builds every pointer it passes from borrows
+/// that outlive the call.
+mod sys {
+    use super::{RecvBatch, MAX_BATCH};
+    use socket2::SockAddr;
+    use std::io;
+    use std::mem;
+    use std::os::fd::{AsRawFd, BorrowedFd};
+
+    fn empty_iovec() -> libc::iovec {
+        libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }
+    }
+
+    fn empty_mmsghdr() -> libc::mmsghdr {
+        // SAFETY: mmsghdr is plain old data; all zeros (null pointers, zero lengths) is valid.
+        unsafe { mem::zeroed() }
+    }
+
+    /// One `sendmmsg` of up to `MAX_BATCH` datagrams, to `to` or the connected peer.
+    pub(super) fn send_mmsg(
+        fd: BorrowedFd<'_>,
+        datagrams: &[&[u8]],
+        to: Option<&SockAddr>,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        let n = datagrams.len().min(MAX_BATCH);
+        let mut iovs = [empty_iovec(); MAX_BATCH];
+        let mut msgs = [empty_mmsghdr(); MAX_BATCH];
+        for i in 0..n {
+            iovs[i] = libc::iovec {
+                // The kernel only reads through iov_base for a send.
+                iov_base: datagrams[i].as_ptr() as *mut libc::c_void,
+                iov_len: datagrams[i].len(),
+            };
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            if let Some(to) = to {
+                h.msg_name = to.as_ptr() as *mut libc::c_void;
+                h.msg_namelen = to.len();
+            }
+        }
+        // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers point at
+        // `iovs` (on this stack frame) and optionally at `to`; each iovec points at a borrowed
+        // datagram. All outlive the call, the kernel reads at most `n` headers and only reads
+        // the buffers and the address.
+        let r =
+            unsafe { libc::sendmmsg(fd.as_raw_fd(), msgs.as_mut_ptr(), n as libc::c_uint, flags) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// One `recvmmsg` into every slot of `batch`; sets lengths, truncation flags and sources.
+    pub(super) fn recv_mmsg(
+        fd: BorrowedFd<'_>,
+        batch: &mut RecvBatch,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        let n = batch.slots().min(MAX_BATCH);
+        let cap = batch.capacity;
+        let mut iovs = [empty_iovec(); MAX_BATCH];
+        let mut msgs = [empty_mmsghdr(); MAX_BATCH];
+        for (i, (chunk, name)) in batch
+            .buf
+            .chunks_exact_mut(cap)
+            .zip(batch.names.iter_mut())
+            .take(n)
+            .enumerate()
+        {
+            iovs[i] = libc::iovec {
+                iov_base: chunk.as_mut_ptr().cast(),
+                iov_len: chunk.len(),
+            };
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers point at
+        // `iovs` (on this stack frame), each iovec at a distinct `cap`-byte chunk of
+        // `batch.buf`, and each name at a distinct `sockaddr_storage` of `batch.names` with
+        // its true size; `batch` is mutably borrowed for the whole call. The kernel writes at
+        // most `iov_len` bytes per buffer and `msg_namelen` bytes per name. A null timeout
+        // means none.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                flags,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = r as usize;
+        for (i, m) in msgs.iter().take(r).enumerate() {
+            batch.lens[i] = m.msg_len as usize;
+            batch.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        }
+        Ok(r)
+    }
+
+    /// One `recvfrom`; returns the datagram's full length (`MSG_TRUNC`), which exceeds
+    /// `buf.len()` when it was truncated.
+    pub(super) fn recv_from(
+        fd: BorrowedFd<'_>,
+        buf: &mut [u8],
+        name: &mut libc::sockaddr_storage,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        let mut namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `fd` is an open socket; `buf` and `name` are exclusive borrows valid for the
+        // call with the lengths passed; the kernel writes at most those many bytes.
+        let r = unsafe {
+            libc::recvfrom(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                flags | libc::MSG_TRUNC,
+                (name as *mut libc::sockaddr_storage).cast(),
+                &mut namelen,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    /// Receive until `want` datagrams arrived or the deadline passed; returns them in order.
+    fn recv_all(link: &mut UdpLink, batch: &mut RecvBatch, want: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let end = deadline();
+        while got.len() < want && Instant::now() < end {
+            let n = link
+                .recv_timeout(batch, Some(Duration::from_millis(100)))
+                .unwrap();
+            for i in 0..n {
+                assert!(!batch.is_truncated(i));
+                got.push(batch.get(i).unwrap().to_vec());
+            }
+        }
+        got
+    }
+
+    fn datagrams(count: usize) -> Vec<Vec<u8>> {
+        (0..count)
+            .map(|i| {
+                let len = 1 + (i * 37) % 1400;
+                (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+            })
+            .collect()
+    }
+
+    fn roundtrip(batching: bool) {
+        let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+        a.set_batching(batching);
+        b.set_batching(batching);
+        b.set_recv_buffer_size(1 << 20).unwrap();
+        let sent = datagrams(100);
+        let refs: Vec<&[u8]> = sent.iter().map(|d| d.as_slice()).collect();
+        let mut off = 0;
+        while off < refs.len() {
+            let n = a.send_batch(&refs[off..]).unwrap();
+            assert!(n > 0 && n <= MAX_BATCH);
+            off += n;
+        }
+        let mut batch = RecvBatch::new(16, DEFAULT_DATAGRAM_CAPACITY);
+        let got = recv_all(&mut b, &mut batch, sent.len());
+        assert_eq!(got, sent, "datagrams preserved byte for byte and in order");
+        let s = a.stats();
+        assert_eq!(s.datagrams_sent, 100);
+        if batching {
+            assert_eq!(
+                s.send_calls, 2,
+                "100 datagrams in two sendmmsg calls of <= 64"
+            );
+        }
+        assert_eq!(b.stats().datagrams_received, 100);
+    }
+
+    #[test]
+    fn batch_roundtrip_preserves_bytes_and_order() {
+        roundtrip(true);
+    }
+
+    #[test]
+    fn fallback_roundtrip_preserves_bytes_and_order() {
+        roundtrip(false);
+    }
+
+    #[test]
+    fn try_recv_on_empty_socket_returns_zero() {
+        let (_a, mut b) = UdpLink::loopback_pair().unwrap();
+        let mut batch = RecvBatch::new(4, 64);
+        assert_eq!(b.try_recv(&mut batch).unwrap(), 0);
+        assert!(batch.is_empty());
+        b.set_nonblocking(true);
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
+    }
+
+    #[test]
+    fn recv_timeout_expires_with_zero() {
+        let (_a, mut b) = UdpLink::loopback_pair().unwrap();
+        let mut batch = RecvBatch::new(4, 64);
+        let t = Instant::now();
+        let n = b
+            .recv_timeout(&mut batch, Some(Duration::from_millis(20)))
+            .unwrap();
+        assert_eq!(n, 0);
+        assert!(t.elapsed() >= Duration::from_millis(10));
+    }
+
+    #[test]
+    fn busy_poll_receives_and_reports_source() {
+        let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+        a.send_batch(&[b"ping", b"pong"]).unwrap();
+        let mut batch = RecvBatch::new(8, 64);
+        let mut got = Vec::new();
+        let end = deadline();
+        while got.len() < 2 && Instant::now() < end {
+            let n = b.recv_busy(&mut batch, end).unwrap();
+            for i in 0..n {
+                assert_eq!(batch.source(i), Some(a.local_addr()));
+                got.push(batch.get(i).unwrap().to_vec());
+            }
+        }
+        assert_eq!(got, vec![b"ping".to_vec(), b"pong".to_vec()]);
+    }
+
+    #[test]
+    fn busy_poll_gives_up_at_deadline() {
+        let (_a, mut b) = UdpLink::loopback_pair().unwrap();
+        let mut batch = RecvBatch::new(8, 64);
+        let n = b
+            .recv_busy(&mut batch, Instant::now() + Duration::from_millis(5))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn oversize_datagram_is_flagged_truncated() {
+        for batching in [true, false] {
+            let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+            b.set_batching(batching);
+            a.send_batch(&[&[7u8; 100]]).unwrap();
+            let mut batch = RecvBatch::new(2, 10);
+            let n = b
+                .recv_timeout(&mut batch, Some(Duration::from_secs(5)))
+                .unwrap();
+            assert_eq!(n, 1);
+            assert!(batch.is_truncated(0));
+            assert_eq!(batch.get(0).unwrap(), &[7u8; 10]);
+            assert_eq!(b.stats().truncated, 1);
+        }
+    }
+
+    #[test]
+    fn send_batch_to_unconnected_peer() {
+        let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let mut a = UdpLink::bind(any).unwrap();
+        let mut b = UdpLink::bind(any).unwrap();
+        assert!(a.peer_addr().is_none());
+        assert_eq!(a.send_batch_to(&[b"x", b"yz"], b.local_addr()).unwrap(), 2);
+        let mut batch = RecvBatch::new(8, 64);
+        let got = recv_all(&mut b, &mut batch, 2);
+        assert_eq!(got, vec![b"x".to_vec(), b"yz".to_vec()]);
+        // Unconnected and no destination: the kernel refuses.
+        assert!(a.send_batch(&[b"x"]).is_err());
+    }
+
+    #[test]
+    fn buffer_sizes_are_granted() {
+        let (a, _b) = UdpLink::loopback_pair().unwrap();
+        assert!(a.set_recv_buffer_size(256 * 1024).unwrap() > 0);
+        assert!(a.set_send_buffer_size(256 * 1024).unwrap() > 0);
+    }
+}

@@ -1,0 +1,263 @@
+//! `Msg`, a byte buffer with headroom and tailroom, and the `Pool` it comes from.
+//!
+//! DESIGN.md §1: headers are pushed and popped in the headroom without copying the body, and
+//! buffers are recycled through a pool so that the steady state allocates nothing per message
+//! (the counting-allocator test in `tests/alloc.rs` proves it). A `Msg` owns its storage; it
+//! goes back to its pool with [`Pool::free`] (a connection's `recycle`). A message that is
+//! dropped instead is simply deallocated: nothing leaks, the pool just allocates anew.
+
+use std::fmt;
+
+/// Headroom reserved in front of a fresh message: room for every header of a stack without
+/// moving the body.
+pub const HEADROOM: usize = 128;
+
+/// A message: `buf[start..end]` is its content.
+#[derive(Clone, Default)]
+pub struct Msg {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl fmt::Debug for Msg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Msg")
+            .field("len", &self.len())
+            .field("headroom", &self.start)
+            .finish()
+    }
+}
+
+impl Msg {
+    /// An empty message with `headroom` bytes in front (allocates; prefer [`Pool::alloc`]).
+    pub fn new(headroom: usize) -> Msg {
+        Msg {
+            buf: vec![0; headroom],
+            start: headroom,
+            end: headroom,
+        }
+    }
+
+    /// A message holding a copy of `data` behind `headroom` free bytes.
+    pub fn from_slice(headroom: usize, data: &[u8]) -> Msg {
+        let mut m = Msg::new(headroom);
+        m.extend_from_slice(data);
+        m
+    }
+
+    /// The content.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// The content, mutable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.end]
+    }
+
+    /// Length of the content.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Whether the content is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Free bytes in front of the content.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    /// Prepend `n` zeroed bytes and return them. Uses the headroom; only if it is too small is
+    /// the content moved (once) to make room.
+    pub fn push_front(&mut self, n: usize) -> &mut [u8] {
+        if n > self.start {
+            let grow = (n - self.start).max(HEADROOM);
+            self.buf.splice(0..0, std::iter::repeat_n(0, grow));
+            self.start += grow;
+            self.end += grow;
+        }
+        self.start -= n;
+        let s = &mut self.buf[self.start..self.start + n];
+        s.fill(0);
+        s
+    }
+
+    /// Remove `n` bytes from the front; `false` (and nothing removed) if the message is shorter.
+    #[inline]
+    pub fn pop_front(&mut self, n: usize) -> bool {
+        if n > self.len() {
+            return false;
+        }
+        self.start += n;
+        true
+    }
+
+    /// Append bytes at the end (uses the tailroom; grows the buffer when it is too small).
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        self.buf.truncate(self.end);
+        self.buf.extend_from_slice(data);
+        self.end += data.len();
+    }
+
+    /// Append `n` zeroed bytes and return them.
+    pub fn push_back(&mut self, n: usize) -> &mut [u8] {
+        self.buf.truncate(self.end);
+        self.buf.resize(self.end + n, 0);
+        self.end += n;
+        &mut self.buf[self.end - n..self.end]
+    }
+
+    /// Remove `n` bytes from the end; `false` (and nothing removed) if the message is shorter.
+    #[inline]
+    pub fn pop_back(&mut self, n: usize) -> bool {
+        if n > self.len() {
+            return false;
+        }
+        self.end -= n;
+        true
+    }
+
+    /// Keep only the first `len` bytes of the content.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len() {
+            self.end = self.start + len;
+        }
+    }
+
+    /// Empty the message, leaving `headroom` free bytes in front.
+    pub fn clear(&mut self, headroom: usize) {
+        if self.buf.len() < headroom {
+            self.buf.resize(headroom, 0);
+        }
+        self.start = headroom;
+        self.end = headroom;
+    }
+
+    /// Replace the content with `data`, leaving `headroom` free bytes in front.
+    pub fn set(&mut self, headroom: usize, data: &[u8]) {
+        self.clear(headroom);
+        self.extend_from_slice(data);
+    }
+
+    /// Capacity of the underlying storage.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+}
+
+/// A free list of message buffers.
+///
+/// Bounded: at most `max_free` buffers are kept; more are deallocated.
+#[derive(Debug)]
+pub struct Pool {
+    free: Vec<Msg>,
+    max_free: usize,
+    /// Buffers handed out over the pool's lifetime that had to be freshly allocated.
+    pub fresh: u64,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new(1024)
+    }
+}
+
+impl Pool {
+    /// A pool keeping at most `max_free` idle buffers.
+    pub fn new(max_free: usize) -> Pool {
+        Pool {
+            free: Vec::new(),
+            max_free,
+            fresh: 0,
+        }
+    }
+
+    /// An empty message with [`HEADROOM`] free bytes in front.
+    #[inline]
+    pub fn alloc(&mut self) -> Msg {
+        match self.free.pop() {
+            Some(mut m) => {
+                m.clear(HEADROOM);
+                m
+            }
+            None => {
+                self.fresh += 1;
+                let mut m = Msg {
+                    buf: Vec::with_capacity(HEADROOM + 1536),
+                    start: 0,
+                    end: 0,
+                };
+                m.clear(HEADROOM);
+                m
+            }
+        }
+    }
+
+    /// A message holding a copy of `data` behind [`HEADROOM`].
+    #[inline]
+    pub fn alloc_copy(&mut self, data: &[u8]) -> Msg {
+        let mut m = self.alloc();
+        m.extend_from_slice(data);
+        m
+    }
+
+    /// Give a message's storage back.
+    #[inline]
+    pub fn free(&mut self, m: Msg) {
+        if self.free.len() < self.max_free {
+            self.free.push(m);
+        }
+    }
+
+    /// Idle buffers held.
+    pub fn idle(&self) -> usize {
+        self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_and_pop_headers_without_touching_the_body() {
+        let mut pool = Pool::new(4);
+        let mut m = pool.alloc_copy(b"body");
+        m.push_front(3).copy_from_slice(b"hdr");
+        assert_eq!(m.data(), b"hdrbody");
+        assert!(m.pop_front(3));
+        assert_eq!(m.data(), b"body");
+        assert!(!m.pop_front(5));
+        m.push_back(2).copy_from_slice(b"!!");
+        assert_eq!(m.data(), b"body!!");
+        assert!(m.pop_back(2));
+        assert_eq!(m.data(), b"body");
+    }
+
+    #[test]
+    fn push_front_beyond_headroom_moves_once() {
+        let mut m = Msg::from_slice(2, b"xy");
+        m.push_front(10).copy_from_slice(b"0123456789");
+        assert_eq!(m.data(), b"0123456789xy");
+        assert!(m.headroom() >= HEADROOM - 8);
+    }
+
+    #[test]
+    fn pool_recycles() {
+        let mut pool = Pool::new(2);
+        let a = pool.alloc_copy(&[1; 100]);
+        pool.free(a);
+        let b = pool.alloc();
+        assert!(b.is_empty());
+        assert_eq!(pool.fresh, 1);
+    }
+}
