@@ -92,3 +92,23 @@ pub fn analyze(p: &mut Prepared, setup: Setup, whole_program: bool) -> Result<Ti
     let report = result?;
     Ok(Timed { report, elapsed: t0.elapsed() })
 }
+
+/// Analyzer throughput without valgrind's cost: captures the first `max_bytes` of the
+/// workload's lackey trace into memory (this sample only: the analysis proper never stores a
+/// trace), then times one [`Analyzer`] pass over it in whole-program mode. Returns (records,
+/// seconds).
+pub fn replay_throughput(p: &mut Prepared, setup: Setup, max_bytes: usize) -> Result<(u64, f64), SessionError> {
+    use std::io::Read as _;
+    let mut buf = Vec::with_capacity(max_bytes);
+    {
+        let mut cap = capture::lackey(&p.workload)?;
+        (&mut cap.trace).take(max_bytes as u64).read_to_end(&mut buf).map_err(CaptureError::Io)?;
+        // Dropping the capture kills valgrind.
+    }
+    let cut = buf.iter().rposition(|&b| b == b'\n').map(|i| i + 1).unwrap_or(0);
+    buf.truncate(cut);
+    let analyzer = Analyzer::new(&mut p.map, RoiFilter::whole_program(), u64::MAX, setup)?;
+    let t0 = Instant::now();
+    let r = analyzer.run(&buf[..])?;
+    Ok((r.records, t0.elapsed().as_secs_f64()))
+}

@@ -1,5 +1,6 @@
 //! The experiments registered with the report, in report order.
 
+mod analyze;
 mod rawudp;
 mod rtt;
 mod stack;
@@ -14,5 +15,6 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rtt::Rtt),
         Box::new(stream::Stream),
         Box::new(rawudp::RawUdp),
+        Box::new(analyze::Analyze),
     ]
 }
