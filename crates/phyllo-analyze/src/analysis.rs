@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 
-use crate::cache::{Cache, CacheConfig, CacheStats, GeometryError, Hierarchy, HierarchyConfig, Served};
+use crate::cache::{
+    Cache, CacheConfig, CacheStats, GeometryError, Hierarchy, HierarchyConfig, Served,
+};
 use crate::codemap::{CodeMap, Compaction, NO_FUNC};
 use crate::insn::{fusion_alternatives, Class, FusionAlt, Insn};
 use crate::layout::{Layout, Profile};
@@ -72,7 +74,11 @@ pub struct FusionSetup {
 impl FusionSetup {
     /// All 18 alternatives over hierarchy `hierarchy`.
     pub fn all(hierarchy: usize, timing: TimingConfig) -> Self {
-        FusionSetup { hierarchy, timing, alternatives: fusion_alternatives() }
+        FusionSetup {
+            hierarchy,
+            timing,
+            alternatives: fusion_alternatives(),
+        }
     }
 }
 
@@ -231,19 +237,37 @@ pub struct Analyzer<'m> {
 
 impl<'m> Analyzer<'m> {
     /// An analyzer over code `map`, counting inside `roi`, simulating `setup`.
-    pub fn new(map: &'m mut CodeMap, roi: RoiFilter, roi_begin: u64, setup: Setup) -> Result<Self, AnalyzeError> {
-        let hier = setup.hierarchies.iter().map(|c| Hierarchy::new(*c)).collect::<Result<Vec<_>, _>>()?;
+    pub fn new(
+        map: &'m mut CodeMap,
+        roi: RoiFilter,
+        roi_begin: u64,
+        setup: Setup,
+    ) -> Result<Self, AnalyzeError> {
+        let hier = setup
+            .hierarchies
+            .iter()
+            .map(|c| Hierarchy::new(*c))
+            .collect::<Result<Vec<_>, _>>()?;
         for (h, _) in &setup.timings {
             if *h >= hier.len() {
-                return Err(AnalyzeError::Setup(format!("timing model refers to hierarchy {h} of {}", hier.len())));
+                return Err(AnalyzeError::Setup(format!(
+                    "timing model refers to hierarchy {h} of {}",
+                    hier.len()
+                )));
             }
         }
-        let timings = setup.timings.iter().map(|(h, t)| (*h, TimingRun::new(*t))).collect();
+        let timings = setup
+            .timings
+            .iter()
+            .map(|(h, t)| (*h, TimingRun::new(*t)))
+            .collect();
         let mut fusion = Vec::new();
         let mut fusion_hier = 0;
         if let Some(f) = &setup.fusion {
             let Some(hc) = setup.hierarchies.get(f.hierarchy) else {
-                return Err(AnalyzeError::Setup("fusion refers to a missing hierarchy".into()));
+                return Err(AnalyzeError::Setup(
+                    "fusion refers to a missing hierarchy".into(),
+                ));
             };
             fusion_hier = f.hierarchy;
             let pairs = map.fused_pairs();
@@ -263,7 +287,10 @@ impl<'m> Analyzer<'m> {
         let mut layouts = Vec::new();
         if let Some(l) = &setup.layouts {
             for layout in &l.layouts {
-                layouts.push(LayoutRun { layout: layout.clone(), l1i: Cache::new(l.l1i)? });
+                layouts.push(LayoutRun {
+                    layout: layout.clone(),
+                    l1i: Cache::new(l.l1i)?,
+                });
             }
         }
         let nf = map.funcs().len();
@@ -359,9 +386,17 @@ impl<'m> Analyzer<'m> {
         }
         if !self.layouts.is_empty() {
             let f = self.map.func(idx);
-            let fstart = if f == NO_FUNC { 0 } else { self.map.funcs()[f as usize].start };
+            let fstart = if f == NO_FUNC {
+                0
+            } else {
+                self.map.funcs()[f as usize].start
+            };
             for l in &mut self.layouts {
-                let a = if f == NO_FUNC { r.addr } else { l.layout.map(f, fstart, r.addr) };
+                let a = if f == NO_FUNC {
+                    r.addr
+                } else {
+                    l.layout.map(f, fstart, r.addr)
+                };
                 let lb = l.l1i.line_bits();
                 for b in (a >> lb)..=((a + r.size.max(1) as u64 - 1) >> lb) {
                     l.l1i.access_line(b, false);
@@ -378,7 +413,10 @@ impl<'m> Analyzer<'m> {
             let pi = self.map.insn(p);
             if pi.feeds(insn) {
                 self.dependent += 1;
-                *self.pairs.entry(((pi.mnemonic as u32) << 16) | insn.mnemonic as u32).or_insert(0) += 1;
+                *self
+                    .pairs
+                    .entry(((pi.mnemonic as u32) << 16) | insn.mnemonic as u32)
+                    .or_insert(0) += 1;
             }
         }
         let f = self.map.func(idx);
@@ -438,7 +476,11 @@ impl<'m> Analyzer<'m> {
             }
             // The fused runs keep the baseline's L2: a miss is served by L2 unless the
             // baseline fetch went to memory.
-            f.served = if miss { base_served.max(Served::L2) } else { Served::L1 };
+            f.served = if miss {
+                base_served.max(Served::L2)
+            } else {
+                Served::L1
+            };
         }
     }
 
@@ -459,7 +501,10 @@ impl<'m> Analyzer<'m> {
             return Err(AnalyzeError::NoRegion(self.roi_begin));
         }
         if self.roi.active() && self.roi_begin != u64::MAX {
-            return Err(AnalyzeError::UnfinishedRegion { entries: self.roi.entries, exits: self.roi.exits });
+            return Err(AnalyzeError::UnfinishedRegion {
+                entries: self.roi.entries,
+                exits: self.roi.exits,
+            });
         }
         let mut pairs: Vec<PairCount> = self
             .pairs
@@ -479,15 +524,33 @@ impl<'m> Analyzer<'m> {
             .filter(|(_, &c)| c > 0)
             .map(|(i, &c)| (self.map.funcs()[i].name.clone(), c))
             .collect();
-        functions.sort_by(|a, b| b.1.cmp(&a.1));
+        functions.sort_by_key(|f| std::cmp::Reverse(f.1));
         Ok(Report {
             records: self.records,
             instructions: self.instrs,
             data_refs: self.data,
             roi_entries: self.roi.entries,
-            caches: self.hier.iter().map(|h| (*h.config(), h.l1i.stats, h.l1d.stats, h.l2.as_ref().map(|c| c.stats))).collect(),
-            timings: self.timings.iter().map(|(h, t)| (*h, t.cfg, t.breakdown())).collect(),
-            mix: Class::ALL.iter().map(|&c| (c, self.mix[c as usize])).collect(),
+            caches: self
+                .hier
+                .iter()
+                .map(|h| {
+                    (
+                        *h.config(),
+                        h.l1i.stats,
+                        h.l1d.stats,
+                        h.l2.as_ref().map(|c| c.stats),
+                    )
+                })
+                .collect(),
+            timings: self
+                .timings
+                .iter()
+                .map(|(h, t)| (*h, t.cfg, t.breakdown()))
+                .collect(),
+            mix: Class::ALL
+                .iter()
+                .map(|&c| (c, self.mix[c as usize]))
+                .collect(),
             pairs,
             dependent_pairs: self.dependent,
             fusion: self
@@ -501,7 +564,11 @@ impl<'m> Analyzer<'m> {
                     breakdown: f.timing.breakdown(),
                 })
                 .collect(),
-            layouts: self.layouts.iter().map(|l| (l.layout.name.clone(), l.l1i.stats)).collect(),
+            layouts: self
+                .layouts
+                .iter()
+                .map(|l| (l.layout.name.clone(), l.l1i.stats))
+                .collect(),
             profile: self.profile,
             functions,
             messages: summary.messages,
@@ -510,6 +577,8 @@ impl<'m> Analyzer<'m> {
 }
 
 fn mnemonic_name(m: u32) -> String {
-    let m = iced_x86::Mnemonic::values().nth(m as usize).unwrap_or(iced_x86::Mnemonic::INVALID);
+    let m = iced_x86::Mnemonic::values()
+        .nth(m as usize)
+        .unwrap_or(iced_x86::Mnemonic::INVALID);
     format!("{m:?}").to_ascii_uppercase()
 }

@@ -34,7 +34,9 @@ impl std::str::FromStr for Policy {
             "lru" => Ok(Policy::Lru),
             "fifo" => Ok(Policy::Fifo),
             "random" | "rand" => Ok(Policy::Random),
-            _ => Err(GeometryError::Syntax(format!("unknown policy {s:?} (lru, fifo, random)"))),
+            _ => Err(GeometryError::Syntax(format!(
+                "unknown policy {s:?} (lru, fifo, random)"
+            ))),
         }
     }
 }
@@ -120,8 +122,12 @@ impl CacheConfig {
             return Err(GeometryError::ZeroAssoc);
         }
         let way = line * self.assoc as u64;
-        if self.size == 0 || self.size % way != 0 {
-            return Err(GeometryError::NotMultiple { size: self.size, line, assoc: self.assoc as u64 });
+        if self.size == 0 || (self.size / way) * way != self.size {
+            return Err(GeometryError::NotMultiple {
+                size: self.size,
+                line,
+                assoc: self.assoc as u64,
+            });
         }
         let sets = self.size / way;
         if !sets.is_power_of_two() {
@@ -139,7 +145,9 @@ impl CacheConfig {
     pub fn parse(s: &str) -> Result<Self, GeometryError> {
         let parts: Vec<&str> = s.split(':').collect();
         let [size, assoc, line] = parts.as_slice() else {
-            return Err(GeometryError::Syntax(format!("{s:?}: expected SIZE:ASSOC:LINE, e.g. 16k:4:32")));
+            return Err(GeometryError::Syntax(format!(
+                "{s:?}: expected SIZE:ASSOC:LINE, e.g. 16k:4:32"
+            )));
         };
         let num = |t: &str| -> Result<u64, GeometryError> {
             let t = t.trim().to_ascii_lowercase();
@@ -164,7 +172,7 @@ impl CacheConfig {
 
 impl fmt::Display for CacheConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.size % 1024 == 0 {
+        if self.size & 1023 == 0 {
             write!(f, "{}k:{}:{}", self.size / 1024, self.assoc, self.line)
         } else {
             write!(f, "{}:{}:{}", self.size, self.assoc, self.line)
@@ -273,7 +281,11 @@ impl Cache {
     pub fn touch(&mut self, block: u64, write: bool) -> LineOutcome {
         let set = (block & self.set_mask) as usize;
         let ways = &mut self.tags[set * self.assoc..(set + 1) * self.assoc];
-        let dirty_flag = if write && self.cfg.write_back { DIRTY } else { 0 };
+        let dirty_flag = if write && self.cfg.write_back {
+            DIRTY
+        } else {
+            0
+        };
         if let Some(p) = ways.iter().position(|&t| t & !DIRTY == block) {
             if self.cfg.policy == Policy::Lru && p > 0 {
                 ways[..=p].rotate_right(1);
@@ -281,10 +293,16 @@ impl Cache {
             } else {
                 ways[p] |= dirty_flag;
             }
-            return LineOutcome { hit: true, writeback: None };
+            return LineOutcome {
+                hit: true,
+                writeback: None,
+            };
         }
         if write && !self.cfg.write_allocate {
-            return LineOutcome { hit: false, writeback: None };
+            return LineOutcome {
+                hit: false,
+                writeback: None,
+            };
         }
         let victim_slot = match self.cfg.policy {
             Policy::Lru | Policy::Fifo => {
@@ -307,14 +325,20 @@ impl Cache {
                 v
             }
         };
-        let writeback = (victim_slot != INVALID && victim_slot & DIRTY != 0).then_some(victim_slot & !DIRTY);
-        LineOutcome { hit: false, writeback }
+        let writeback =
+            (victim_slot != INVALID && victim_slot & DIRTY != 0).then_some(victim_slot & !DIRTY);
+        LineOutcome {
+            hit: false,
+            writeback,
+        }
     }
 
     /// Whether block `block` is present (no state change).
     pub fn contains(&self, block: u64) -> bool {
         let set = (block & self.set_mask) as usize;
-        self.tags[set * self.assoc..(set + 1) * self.assoc].iter().any(|&t| t & !DIRTY == block)
+        self.tags[set * self.assoc..(set + 1) * self.assoc]
+            .iter()
+            .any(|&t| t & !DIRTY == block)
     }
 
     /// Counts one access (per-line accounting); returns whether it hit.
@@ -393,7 +417,12 @@ impl HierarchyConfig {
     /// Seed 003's default: 16 KB 4-way 32 B L1I and L1D, 256 KB 4-way 64 B L2, LRU.
     pub fn seed003() -> Self {
         let c = |s, a, l| CacheConfig::new(s, a, l).expect("valid built-in geometry");
-        HierarchyConfig { l1i: c(16 << 10, 4, 32), l1d: c(16 << 10, 4, 32), l2: Some(c(256 << 10, 4, 64)), mode: Mode::Phyllo }
+        HierarchyConfig {
+            l1i: c(16 << 10, 4, 32),
+            l1d: c(16 << 10, 4, 32),
+            l2: Some(c(256 << 10, 4, 64)),
+            mode: Mode::Phyllo,
+        }
     }
 
     /// The same hierarchy with another L1I.
@@ -455,7 +484,9 @@ impl Hierarchy {
     }
 
     fn l2_range(&mut self, addr: u64, size: u64, write: bool) -> Served {
-        let Some(l2) = &mut self.l2 else { return Served::Mem };
+        let Some(l2) = &mut self.l2 else {
+            return Served::Mem;
+        };
         let lb = l2.line_bits();
         let mut served = Served::L2;
         for b in (addr >> lb)..=((addr + size.max(1) - 1) >> lb) {
@@ -545,7 +576,16 @@ mod tests {
 
     /// Runs block numbers through a cache, returning the hit pattern as a string (h/m).
     fn run(c: &mut Cache, blocks: &[u64]) -> String {
-        blocks.iter().map(|&b| if c.access_line(b, false).hit { 'h' } else { 'm' }).collect()
+        blocks
+            .iter()
+            .map(|&b| {
+                if c.access_line(b, false).hit {
+                    'h'
+                } else {
+                    'm'
+                }
+            })
+            .collect()
     }
 
     // One set of 2 ways (size 64, line 32, assoc 2): blocks 0,1,2 all map to the set.
@@ -604,21 +644,45 @@ mod tests {
 
     #[test]
     fn geometry_errors() {
-        assert_eq!(CacheConfig::new(1000, 4, 32), Err(GeometryError::NotMultiple { size: 1000, line: 32, assoc: 4 }));
-        assert_eq!(CacheConfig::new(1024, 4, 24), Err(GeometryError::LineNotPowerOfTwo(24)));
+        assert_eq!(
+            CacheConfig::new(1000, 4, 32),
+            Err(GeometryError::NotMultiple {
+                size: 1000,
+                line: 32,
+                assoc: 4
+            })
+        );
+        assert_eq!(
+            CacheConfig::new(1024, 4, 24),
+            Err(GeometryError::LineNotPowerOfTwo(24))
+        );
         assert_eq!(CacheConfig::new(1024, 0, 32), Err(GeometryError::ZeroAssoc));
-        assert_eq!(CacheConfig::new(96 * 32, 1, 32), Err(GeometryError::SetsNotPowerOfTwo { sets: 96 }));
+        assert_eq!(
+            CacheConfig::new(96 * 32, 1, 32),
+            Err(GeometryError::SetsNotPowerOfTwo { sets: 96 })
+        );
         assert!(CacheConfig::parse("16k:4").is_err());
         assert!(CacheConfig::parse("16q:4:32").is_err());
-        assert_eq!(CacheConfig::parse("16k:4:32").unwrap(), CacheConfig::new(16384, 4, 32).unwrap());
-        assert_eq!(CacheConfig::parse("16k:4:32").unwrap().to_string(), "16k:4:32");
+        assert_eq!(
+            CacheConfig::parse("16k:4:32").unwrap(),
+            CacheConfig::new(16384, 4, 32).unwrap()
+        );
+        assert_eq!(
+            CacheConfig::parse("16k:4:32").unwrap().to_string(),
+            "16k:4:32"
+        );
         assert!("lru".parse::<Policy>().is_ok() && "x".parse::<Policy>().is_err());
     }
 
     #[test]
     fn cachegrind_mode_straddle_is_one_access() {
         let l1 = CacheConfig::new(64, 2, 32).unwrap();
-        let cfg = HierarchyConfig { l1i: l1, l1d: l1, l2: Some(CacheConfig::new(1024, 2, 64).unwrap()), mode: Mode::Cachegrind };
+        let cfg = HierarchyConfig {
+            l1i: l1,
+            l1d: l1,
+            l2: Some(CacheConfig::new(1024, 2, 64).unwrap()),
+            mode: Mode::Cachegrind,
+        };
         let mut h = Hierarchy::new(cfg).unwrap();
         assert_eq!(h.instr(30, 4), Served::Mem); // lines 0 and 1: one access, one miss
         assert_eq!(h.l1i.stats.reads, 1);
@@ -629,7 +693,11 @@ mod tests {
         assert_eq!(h.instr(64, 1), Served::Mem);
         assert_eq!(h.instr(0, 1), Served::L2);
         assert_eq!(h.instr(70, 1), Served::L1);
-        let mut p = Hierarchy::new(HierarchyConfig { mode: Mode::Phyllo, ..cfg }).unwrap();
+        let mut p = Hierarchy::new(HierarchyConfig {
+            mode: Mode::Phyllo,
+            ..cfg
+        })
+        .unwrap();
         p.instr(30, 4);
         assert_eq!(p.l1i.stats.reads, 2);
         assert_eq!(p.l1i.stats.read_misses, 2);
@@ -639,12 +707,24 @@ mod tests {
     fn modify_counts() {
         use crate::trace::Kind;
         let l1 = CacheConfig::new(64, 2, 32).unwrap();
-        let cfg = HierarchyConfig { l1i: l1, l1d: l1, l2: None, mode: Mode::Cachegrind };
+        let cfg = HierarchyConfig {
+            l1i: l1,
+            l1d: l1,
+            l2: None,
+            mode: Mode::Cachegrind,
+        };
         let mut h = Hierarchy::new(cfg).unwrap();
         h.data(Kind::Modify, 0, 8);
         assert_eq!((h.l1d.stats.reads, h.l1d.stats.writes), (1, 0));
-        let mut p = Hierarchy::new(HierarchyConfig { mode: Mode::Phyllo, ..cfg }).unwrap();
+        let mut p = Hierarchy::new(HierarchyConfig {
+            mode: Mode::Phyllo,
+            ..cfg
+        })
+        .unwrap();
         p.data(Kind::Modify, 0, 8);
-        assert_eq!((p.l1d.stats.reads, p.l1d.stats.writes, p.l1d.stats.misses()), (1, 1, 1));
+        assert_eq!(
+            (p.l1d.stats.reads, p.l1d.stats.writes, p.l1d.stats.misses()),
+            (1, 1, 1)
+        );
     }
 }

@@ -54,7 +54,11 @@ const QUIET_ENV: [(&str, &str); 2] = [("RUST_BACKTRACE", "0"), ("RUST_LIB_BACKTR
 pub fn valgrind() -> Result<PathBuf, CaptureError> {
     if let Some(p) = std::env::var_os("PHYLLO_VALGRIND") {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(CaptureError::ValgrindMissing) };
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(CaptureError::ValgrindMissing)
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -116,12 +120,19 @@ pub fn probe(w: &Workload) -> Result<Markers, CaptureError> {
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     match crate::roi::parse_marker_line(&text) {
-        Some((begin, end, region)) if out.status.success() => {
-            Ok(Markers { begin, end, region, maps: crate::roi::parse_map_lines(&text) })
-        }
+        Some((begin, end, region)) if out.status.success() => Ok(Markers {
+            begin,
+            end,
+            region,
+            maps: crate::roi::parse_map_lines(&text),
+        }),
         _ => Err(CaptureError::WorkloadFailed {
             status: format!("{} (marker probe)", out.status),
-            tail: format!("{}{}", tail_lines(&text, 10), tail_lines(&String::from_utf8_lossy(&out.stderr), 10)),
+            tail: format!(
+                "{}{}",
+                tail_lines(&text, 10),
+                tail_lines(&String::from_utf8_lossy(&out.stderr), 10)
+            ),
         }),
     }
 }
@@ -173,9 +184,17 @@ pub fn lackey(w: &Workload) -> Result<Capture, CaptureError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let trace = child.stdout.take().ok_or_else(|| CaptureError::Output("no stdout pipe".into()))?;
+    let trace = child
+        .stdout
+        .take()
+        .ok_or_else(|| CaptureError::Output("no stdout pipe".into()))?;
     let output = child.stderr.take().map(|e| drain_tail(e, 16 << 10));
-    Ok(Capture { child, trace, output, done: false })
+    Ok(Capture {
+        child,
+        trace,
+        output,
+        done: false,
+    })
 }
 
 impl Capture {
@@ -187,17 +206,25 @@ impl Capture {
         }
         // Drain what is left so valgrind can exit.
         let mut sink = [0u8; 1 << 16];
-        while !consumer_failed {
-            match self.trace.read(&mut sink) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+        if !consumer_failed {
+            while let Ok(n) = self.trace.read(&mut sink) {
+                if n == 0 {
+                    break;
+                }
             }
         }
         let status = self.child.wait()?;
         self.done = true;
-        let out = self.output.take().and_then(|h| h.join().ok()).unwrap_or_default();
+        let out = self
+            .output
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
         if !status.success() && !consumer_failed {
-            return Err(CaptureError::WorkloadFailed { status: status.to_string(), tail: tail_lines(&out, 20) });
+            return Err(CaptureError::WorkloadFailed {
+                status: status.to_string(),
+                tail: tail_lines(&out, 20),
+            });
         }
         Ok(out)
     }
@@ -210,7 +237,11 @@ pub struct ToolCounts(pub Vec<(String, u64)>);
 impl ToolCounts {
     /// The count of event `name` (e.g. `Ir`, `I1mr`), 0 if absent.
     pub fn get(&self, name: &str) -> u64 {
-        self.0.iter().find(|e| e.0 == name).map(|e| e.1).unwrap_or(0)
+        self.0
+            .iter()
+            .find(|e| e.0 == name)
+            .map(|e| e.1)
+            .unwrap_or(0)
     }
 
     /// Parses the `events:` and `summary:` lines of a cachegrind/callgrind output file.
@@ -220,8 +251,16 @@ impl ToolCounts {
         let (Some(e), Some(s)) = (events, summary) else {
             return Err(CaptureError::Output("no events:/summary: lines".into()));
         };
-        let vals: Vec<u64> = s.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
-        Ok(ToolCounts(e.split_whitespace().map(str::to_string).zip(vals.into_iter().chain(std::iter::repeat(0))).collect()))
+        let vals: Vec<u64> = s
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        Ok(ToolCounts(
+            e.split_whitespace()
+                .map(str::to_string)
+                .zip(vals.into_iter().chain(std::iter::repeat(0)))
+                .collect(),
+        ))
     }
 }
 
@@ -258,7 +297,12 @@ fn tmp_out(tool: &str) -> PathBuf {
 /// every one passed explicitly: cachegrind's own detection is wrong on virtual machines).
 pub fn cachegrind(w: &Workload, h: &HierarchyConfig) -> Result<ToolCounts, CaptureError> {
     let out = tmp_out("cachegrind");
-    let ll = h.l2.unwrap_or(CacheConfig { size: 1 << 20, assoc: 16, line: h.l1d.line, ..h.l1d });
+    let ll = h.l2.unwrap_or(CacheConfig {
+        size: 1 << 20,
+        assoc: 16,
+        line: h.l1d.line,
+        ..h.l1d
+    });
     let args = vec![
         "--tool=cachegrind".to_string(),
         "--cache-sim=yes".into(),
@@ -272,11 +316,24 @@ pub fn cachegrind(w: &Workload, h: &HierarchyConfig) -> Result<ToolCounts, Captu
 
 /// Runs the workload under callgrind counting only inside function `func` (inclusive),
 /// optionally with its cache simulation.
-pub fn callgrind(w: &Workload, func: &str, cache: Option<&HierarchyConfig>) -> Result<ToolCounts, CaptureError> {
+pub fn callgrind(
+    w: &Workload,
+    func: &str,
+    cache: Option<&HierarchyConfig>,
+) -> Result<ToolCounts, CaptureError> {
     let out = tmp_out("callgrind");
-    let mut args = vec!["--tool=callgrind".to_string(), format!("--toggle-collect={func}"), format!("--callgrind-out-file={}", out.display())];
+    let mut args = vec![
+        "--tool=callgrind".to_string(),
+        format!("--toggle-collect={func}"),
+        format!("--callgrind-out-file={}", out.display()),
+    ];
     if let Some(h) = cache {
-        let ll = h.l2.unwrap_or(CacheConfig { size: 1 << 20, assoc: 16, line: h.l1d.line, ..h.l1d });
+        let ll = h.l2.unwrap_or(CacheConfig {
+            size: 1 << 20,
+            assoc: 16,
+            line: h.l1d.line,
+            ..h.l1d
+        });
         args.push("--cache-sim=yes".into());
         args.push(cache_arg("I1", &h.l1i));
         args.push(cache_arg("D1", &h.l1d));
@@ -296,5 +353,4 @@ mod tests {
         assert_eq!((c.get("Ir"), c.get("I1mr"), c.get("nope")), (10, 2, 0));
         assert!(ToolCounts::parse("nothing").is_err());
     }
-
 }

@@ -84,14 +84,22 @@ impl CodeMap {
         let mut factory = InstructionInfoFactory::new();
         for &(img, bias) in images {
             for (s, e) in img.code_ranges() {
-                let mut region = Region { start: s + bias, end: e + bias, index: vec![u32::MAX; (e - s) as usize] };
+                let mut region = Region {
+                    start: s + bias,
+                    end: e + bias,
+                    index: vec![u32::MAX; (e - s) as usize],
+                };
                 // Symbols, and the gaps between them (stripped libraries keep only exported
                 // symbols: libc's memcpy variants live in such gaps), each decoded linearly.
                 let mut pieces: Vec<(u64, u64, String)> = Vec::new();
                 let mut cursor = s;
                 for f in img.funcs().iter().filter(|f| f.start >= s && f.start < e) {
                     if f.start > cursor {
-                        pieces.push((cursor, f.start - cursor, format!("{}@{:#x}", img.name(), cursor)));
+                        pieces.push((
+                            cursor,
+                            f.start - cursor,
+                            format!("{}@{:#x}", img.name(), cursor),
+                        ));
                     }
                     pieces.push((f.start, f.size, f.name.clone()));
                     cursor = cursor.max(f.start + f.size);
@@ -101,9 +109,15 @@ impl CodeMap {
                 }
                 for (start, size, name) in pieces {
                     let gid = m.funcs.len() as GFunc;
-                    m.funcs.push(RtFunc { start: start + bias, size, name });
+                    m.funcs.push(RtFunc {
+                        start: start + bias,
+                        size,
+                        name,
+                    });
                     let end = (start + size).min(e);
-                    let Some(bytes) = img.code_at(start) else { continue };
+                    let Some(bytes) = img.code_at(start) else {
+                        continue;
+                    };
                     let bytes = &bytes[..((end - start) as usize).min(bytes.len())];
                     let v = insn::decode_function(bytes, start + bias);
                     for k in 0..v.len() {
@@ -112,7 +126,8 @@ impl CodeMap {
                             continue;
                         }
                         region.index[off] = m.insns.len() as u32;
-                        m.insns.push(insn::describe(&v[k], v.get(k + 1), &mut factory));
+                        m.insns
+                            .push(insn::describe(&v[k], v.get(k + 1), &mut factory));
                         m.insn_addr.push(v[k].ip());
                         m.insn_func.push(gid);
                     }
@@ -189,9 +204,17 @@ impl CodeMap {
                 let a = self.insn_addr[i];
                 let len1 = self.insns[i].len;
                 let next = a + len1 as u64;
-                let r = self.regions.iter().find(|r| next >= r.start && next < r.end)?;
+                let r = self
+                    .regions
+                    .iter()
+                    .find(|r| next >= r.start && next < r.end)?;
                 let j = r.index[(next - r.start) as usize];
-                (j != u32::MAX).then(|| FusedPair { addr: a, len1, len2: self.insns[j as usize].len, cats: self.insns[i].fuse })
+                (j != u32::MAX).then(|| FusedPair {
+                    addr: a,
+                    len1,
+                    len2: self.insns[j as usize].len,
+                    cats: self.insns[i].fuse,
+                })
             })
             .collect();
         v.sort_by_key(|p| p.addr);

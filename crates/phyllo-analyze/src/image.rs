@@ -77,23 +77,26 @@ impl Image {
             path: path.display().to_string(),
             msg,
         })?;
-        img.name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        img.name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
         Ok(img)
     }
 
     /// Parses an executable held in memory.
     pub fn parse(data: &[u8]) -> Result<Image, String> {
         let file = object::File::parse(data).map_err(|e| e.to_string())?;
-        let pie = matches!(
-            file.kind(),
-            object::ObjectKind::Dynamic
-        );
+        let pie = matches!(file.kind(), object::ObjectKind::Dynamic);
         let mut code = Vec::new();
         for s in file.sections() {
             if s.kind() == SectionKind::Text {
                 let bytes = s.data().map_err(|e| e.to_string())?.to_vec();
                 if !bytes.is_empty() {
-                    code.push(Code { addr: s.address(), bytes });
+                    code.push(Code {
+                        addr: s.address(),
+                        bytes,
+                    });
                 }
             }
         }
@@ -110,7 +113,11 @@ impl Image {
         for (i, (start, size, name)) in syms.iter().enumerate() {
             let next = syms.get(i + 1).map(|n| n.0).unwrap_or(u64::MAX);
             // Symbols without a size extend to the next symbol (bounded to 64 KiB).
-            let size = if *size == 0 { (next - start).min(1 << 16) } else { (*size).min(next - start) };
+            let size = if *size == 0 {
+                (next - start).min(1 << 16)
+            } else {
+                (*size).min(next - start)
+            };
             raw_names.push((name.clone(), funcs.len()));
             funcs.push(Func {
                 start: *start,
@@ -119,7 +126,13 @@ impl Image {
             });
         }
         raw_names.sort();
-        Ok(Image { funcs, raw_names, code, pie, name: String::new() })
+        Ok(Image {
+            funcs,
+            raw_names,
+            code,
+            pie,
+            name: String::new(),
+        })
     }
 
     /// File name of the image (empty when parsed from memory).
@@ -163,7 +176,9 @@ impl Image {
 
     /// Link-time address ranges of the executable sections.
     pub fn code_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.code.iter().map(|c| (c.addr, c.addr + c.bytes.len() as u64))
+        self.code
+            .iter()
+            .map(|c| (c.addr, c.addr + c.bytes.len() as u64))
     }
 }
 

@@ -30,8 +30,8 @@
 //!   destination. AMD Zen 1/2: CMP/TEST + Jcc, never memory + immediate.
 
 use iced_x86::{
-    Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
-    OpAccess, OpKind, Register,
+    Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory,
+    Mnemonic, OpAccess, OpKind, Register,
 };
 
 /// Dynamic instruction-mix classes of seed 003 Figure 2 (plus `Unknown`).
@@ -130,11 +130,20 @@ pub fn fusion_alternatives() -> Vec<FusionAlt> {
             if m2 & 2 != 0 {
                 mask |= 1 << FuseCat::T2R as u8;
             }
-            v.push(FusionAlt { name: format!("{c1}{c2}"), mask });
+            v.push(FusionAlt {
+                name: format!("{c1}{c2}"),
+                mask,
+            });
         }
     }
-    v.push(FusionAlt { name: "intel".into(), mask: 1 << FuseCat::Intel as u8 });
-    v.push(FusionAlt { name: "zen".into(), mask: 1 << FuseCat::Zen as u8 });
+    v.push(FusionAlt {
+        name: "intel".into(),
+        mask: 1 << FuseCat::Intel as u8,
+    });
+    v.push(FusionAlt {
+        name: "zen".into(),
+        mask: 1 << FuseCat::Zen as u8,
+    });
     v
 }
 
@@ -205,7 +214,11 @@ fn is_vec_or_fp(r: Register) -> bool {
 }
 
 /// Decodes and describes one instruction; `next` is the following instruction (for fusion).
-pub fn describe(i: &Instruction, next: Option<&Instruction>, f: &mut InstructionInfoFactory) -> Insn {
+pub fn describe(
+    i: &Instruction,
+    next: Option<&Instruction>,
+    f: &mut InstructionInfoFactory,
+) -> Insn {
     let info = f.info(i);
     let mut reads = 0u64;
     let mut writes = 0u64;
@@ -241,13 +254,27 @@ pub fn describe(i: &Instruction, next: Option<&Instruction>, f: &mut Instruction
         FlowControl::ConditionalBranch => Class::CondBranch,
         FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => Class::UncondBranch,
         FlowControl::Call | FlowControl::IndirectCall | FlowControl::Return => Class::CallRet,
-        FlowControl::Interrupt | FlowControl::Exception | FlowControl::XbeginXabortXend => Class::Other,
+        FlowControl::Interrupt | FlowControl::Exception | FlowControl::XbeginXabortXend => {
+            Class::Other
+        }
         FlowControl::Next => {
             if mwrite {
                 Class::Store
             } else if mread {
                 Class::Load
-            } else if vec || matches!(mn, Mnemonic::Nop | Mnemonic::Cpuid | Mnemonic::Rdtsc | Mnemonic::Pause | Mnemonic::Lfence | Mnemonic::Mfence | Mnemonic::Sfence | Mnemonic::Endbr64) {
+            } else if vec
+                || matches!(
+                    mn,
+                    Mnemonic::Nop
+                        | Mnemonic::Cpuid
+                        | Mnemonic::Rdtsc
+                        | Mnemonic::Pause
+                        | Mnemonic::Lfence
+                        | Mnemonic::Mfence
+                        | Mnemonic::Sfence
+                        | Mnemonic::Endbr64
+                )
+            {
                 Class::Other
             } else {
                 Class::IntAlu
@@ -259,7 +286,9 @@ pub fn describe(i: &Instruction, next: Option<&Instruction>, f: &mut Instruction
         Mnemonic::Div | Mnemonic::Idiv => 20,
         _ => 1,
     };
-    let fuse = next.map(|n| fuse_categories(i, n, mread || mwrite)).unwrap_or(0);
+    let fuse = next
+        .map(|n| fuse_categories(i, n, mread || mwrite))
+        .unwrap_or(0);
     Insn {
         len: i.len() as u8,
         class,
@@ -291,11 +320,21 @@ fn has_imm(i: &Instruction) -> bool {
 
 /// Fusion categories of the static pair (`a`, `b`).
 pub fn fuse_categories(a: &Instruction, b: &Instruction, a_mem: bool) -> u8 {
-    if b.flow_control() != FlowControl::ConditionalBranch || b.condition_code() == ConditionCode::None {
+    if b.flow_control() != FlowControl::ConditionalBranch
+        || b.condition_code() == ConditionCode::None
+    {
         return 0;
     }
     // JRCXZ/LOOP read RCX, not flags.
-    if matches!(b.code(), Code::Jrcxz_rel8_64 | Code::Jecxz_rel8_64 | Code::Jrcxz_rel8_16 | Code::Jecxz_rel8_32 | Code::Jcxz_rel8_16 | Code::Jcxz_rel8_32) {
+    if matches!(
+        b.code(),
+        Code::Jrcxz_rel8_64
+            | Code::Jecxz_rel8_64
+            | Code::Jrcxz_rel8_16
+            | Code::Jecxz_rel8_32
+            | Code::Jcxz_rel8_16
+            | Code::Jcxz_rel8_32
+    ) {
         return 0;
     }
     if a.rflags_modified() & b.rflags_read() == 0 {
@@ -326,9 +365,19 @@ pub fn fuse_categories(a: &Instruction, b: &Instruction, a_mem: bool) -> u8 {
         );
         let itype = imm || matches!(mn, Mnemonic::Inc | Mnemonic::Dec);
         if is_alu {
-            m |= 1 << if itype { FuseCat::T1I as u8 } else { FuseCat::T1R as u8 };
+            m |= 1
+                << if itype {
+                    FuseCat::T1I as u8
+                } else {
+                    FuseCat::T1R as u8
+                };
         } else if is_cmp {
-            m |= 1 << if itype { FuseCat::T2I as u8 } else { FuseCat::T2R as u8 };
+            m |= 1
+                << if itype {
+                    FuseCat::T2I as u8
+                } else {
+                    FuseCat::T2R as u8
+                };
         }
     }
     use ConditionCode as C;
@@ -339,8 +388,12 @@ pub fn fuse_categories(a: &Instruction, b: &Instruction, a_mem: bool) -> u8 {
             Mnemonic::Test => true,
             Mnemonic::And => reg_dest,
             Mnemonic::Cmp => !matches!(cc, C::o | C::no | C::s | C::ns | C::p | C::np),
-            Mnemonic::Add | Mnemonic::Sub => reg_dest && !matches!(cc, C::o | C::no | C::s | C::ns | C::p | C::np),
-            Mnemonic::Inc | Mnemonic::Dec => reg_dest && matches!(cc, C::e | C::ne | C::l | C::ge | C::le | C::g),
+            Mnemonic::Add | Mnemonic::Sub => {
+                reg_dest && !matches!(cc, C::o | C::no | C::s | C::ns | C::p | C::np)
+            }
+            Mnemonic::Inc | Mnemonic::Dec => {
+                reg_dest && matches!(cc, C::e | C::ne | C::l | C::ge | C::le | C::g)
+            }
             _ => false,
         };
         if intel {
@@ -381,28 +434,42 @@ mod tests {
     fn desc(code: &[u8]) -> Vec<Insn> {
         let v = decode_function(code, 0x1000);
         let mut f = InstructionInfoFactory::new();
-        (0..v.len()).map(|k| describe(&v[k], v.get(k + 1), &mut f)).collect()
+        (0..v.len())
+            .map(|k| describe(&v[k], v.get(k + 1), &mut f))
+            .collect()
     }
 
     #[test]
     fn classes_and_dependence() {
         // mov rax,[rbx]; add rax,rcx; mov [rdx],rax; cmp rax,5; jne +0; call +0; ret; jmp +0
         let code = [
-            0x48, 0x8b, 0x03, 0x48, 0x01, 0xc8, 0x48, 0x89, 0x02, 0x48, 0x83, 0xf8, 0x05, 0x75, 0x00, 0xe8, 0, 0, 0, 0,
-            0xc3, 0xeb, 0x00,
+            0x48, 0x8b, 0x03, 0x48, 0x01, 0xc8, 0x48, 0x89, 0x02, 0x48, 0x83, 0xf8, 0x05, 0x75,
+            0x00, 0xe8, 0, 0, 0, 0, 0xc3, 0xeb, 0x00,
         ];
         let v = desc(&code);
         let classes: Vec<Class> = v.iter().map(|i| i.class).collect();
         assert_eq!(
             classes,
-            [Class::Load, Class::IntAlu, Class::Store, Class::IntAlu, Class::CondBranch, Class::CallRet, Class::CallRet, Class::UncondBranch]
+            [
+                Class::Load,
+                Class::IntAlu,
+                Class::Store,
+                Class::IntAlu,
+                Class::CondBranch,
+                Class::CallRet,
+                Class::CallRet,
+                Class::UncondBranch
+            ]
         );
         assert!(v[0].feeds(&v[1])); // rax
         assert!(v[1].feeds(&v[2]));
         assert!(v[3].feeds(&v[4])); // flags
         assert!(!v[2].feeds(&v[3]));
         // cmp rax,5 + jne: seed type 2 I-type, Intel and Zen.
-        assert_eq!(v[3].fuse, (1 << FuseCat::T2I as u8) | (1 << FuseCat::Intel as u8) | (1 << FuseCat::Zen as u8));
+        assert_eq!(
+            v[3].fuse,
+            (1 << FuseCat::T2I as u8) | (1 << FuseCat::Intel as u8) | (1 << FuseCat::Zen as u8)
+        );
     }
 
     #[test]
@@ -412,7 +479,10 @@ mod tests {
         assert_eq!(v[0].fuse, 1 << FuseCat::T1R as u8);
         // dec ecx; jne: T1I + Intel.
         let v = desc(&[0xff, 0xc9, 0x75, 0x00]);
-        assert_eq!(v[0].fuse, (1 << FuseCat::T1I as u8) | (1 << FuseCat::Intel as u8));
+        assert_eq!(
+            v[0].fuse,
+            (1 << FuseCat::T1I as u8) | (1 << FuseCat::Intel as u8)
+        );
         // cmp dword [rax], 5; je: memory + immediate never fuses.
         let v = desc(&[0x83, 0x38, 0x05, 0x74, 0x00]);
         assert_eq!(v[0].fuse, 0);

@@ -38,7 +38,11 @@ impl std::str::FromStr for LayoutKind {
             "bad" => LayoutKind::Bad,
             other => match other.strip_prefix("list:") {
                 Some(l) => LayoutKind::List(l.split(',').map(str::to_string).collect()),
-                None => return Err(format!("unknown layout {s:?} (original, invocation, bipartite, bad, list:f1,f2,...)")),
+                None => {
+                    return Err(format!(
+                    "unknown layout {s:?} (original, invocation, bipartite, bad, list:f1,f2,...)"
+                ))
+                }
             },
         })
     }
@@ -65,7 +69,14 @@ impl Layout {
     /// Computes a layout. `period` is the i-cache way size (sets × line) on which the
     /// bipartite and bad layouts are built; `path_invocations` the number of path invocations
     /// (packets) in the profile; functions are aligned to 16 bytes from `base`.
-    pub fn compute(kind: &LayoutKind, funcs: &[RtFunc], profile: &Profile, period: u64, path_invocations: u64, base: u64) -> Layout {
+    pub fn compute(
+        kind: &LayoutKind,
+        funcs: &[RtFunc],
+        profile: &Profile,
+        period: u64,
+        path_invocations: u64,
+        base: u64,
+    ) -> Layout {
         let al = |x: u64| (x + 15) & !15;
         let mut new_start = HashMap::new();
         let name;
@@ -97,8 +108,10 @@ impl Layout {
             LayoutKind::Bipartite => {
                 name = "bipartite".to_string();
                 let per = path_invocations.max(1);
-                let (lib, path): (Vec<GFunc>, Vec<GFunc>) =
-                    profile.order.iter().partition(|f| profile.calls.get(f).copied().unwrap_or(0) > per);
+                let (lib, path): (Vec<GFunc>, Vec<GFunc>) = profile
+                    .order
+                    .iter()
+                    .partition(|f| profile.calls.get(f).copied().unwrap_or(0) > per);
                 let mut at = base;
                 for &f in &lib {
                     new_start.insert(f, at);
@@ -160,13 +173,22 @@ mod tests {
     use super::*;
 
     fn funcs() -> Vec<RtFunc> {
-        (0..4).map(|k| RtFunc { start: 0x1000 * (k + 1), size: 100, name: format!("f{k}") }).collect()
+        (0..4)
+            .map(|k| RtFunc {
+                start: 0x1000 * (k + 1),
+                size: 100,
+                name: format!("f{k}"),
+            })
+            .collect()
     }
 
     #[test]
     fn orders() {
         let fs = funcs();
-        let mut p = Profile { order: vec![2, 0, 3], ..Default::default() };
+        let mut p = Profile {
+            order: vec![2, 0, 3],
+            ..Default::default()
+        };
         p.calls.insert(2, 1);
         p.calls.insert(0, 10);
         p.calls.insert(3, 1);

@@ -148,12 +148,24 @@ pub struct RoiFilter {
 impl RoiFilter {
     /// A filter for the run-time marker addresses `begin` and `end`.
     pub fn new(begin: u64, end: u64) -> Self {
-        RoiFilter { begin, end, active: false, entries: 0, exits: 0 }
+        RoiFilter {
+            begin,
+            end,
+            active: false,
+            entries: 0,
+            exits: 0,
+        }
     }
 
     /// A filter that lets everything through (whole-program mode).
     pub fn whole_program() -> Self {
-        RoiFilter { begin: u64::MAX, end: u64::MAX, active: true, entries: 1, exits: 1 }
+        RoiFilter {
+            begin: u64::MAX,
+            end: u64::MAX,
+            active: true,
+            entries: 1,
+            exits: 1,
+        }
     }
 
     /// Whether the region is open now.
@@ -199,7 +211,10 @@ mod tests {
     #[test]
     fn filter_toggles() {
         let mut f = RoiFilter::new(10, 20);
-        let seen: Vec<bool> = [1, 10, 11, 20, 21, 10, 12, 20].iter().map(|&a| f.instr(a)).collect();
+        let seen: Vec<bool> = [1, 10, 11, 20, 21, 10, 12, 20]
+            .iter()
+            .map(|&a| f.instr(a))
+            .collect();
         assert_eq!(seen, [false, true, true, false, false, true, true, false]);
         assert_eq!((f.entries, f.exits), (2, 2));
     }

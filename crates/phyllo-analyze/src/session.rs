@@ -62,7 +62,13 @@ pub fn prepare(workload: Workload) -> Result<Prepared, SessionError> {
     let mut images: Vec<(&Image, u64)> = vec![(&image, bias)];
     images.extend(libs.iter().map(|l| (&l.0, l.1)));
     let map = CodeMap::new(&images);
-    Ok(Prepared { workload, markers, bias, map, libraries: libs.into_iter().map(|l| l.2).collect() })
+    Ok(Prepared {
+        workload,
+        markers,
+        bias,
+        map,
+        libraries: libs.into_iter().map(|l| l.2).collect(),
+    })
 }
 
 /// What [`analyze`] measured besides the report.
@@ -77,8 +83,16 @@ pub struct Timed {
 /// Traces the prepared workload under lackey and analyzes it. `whole_program` counts every
 /// record instead of the region between the markers.
 pub fn analyze(p: &mut Prepared, setup: Setup, whole_program: bool) -> Result<Timed, SessionError> {
-    let roi = if whole_program { RoiFilter::whole_program() } else { RoiFilter::new(p.markers.begin, p.markers.end) };
-    let begin = if whole_program { u64::MAX } else { p.markers.begin };
+    let roi = if whole_program {
+        RoiFilter::whole_program()
+    } else {
+        RoiFilter::new(p.markers.begin, p.markers.end)
+    };
+    let begin = if whole_program {
+        u64::MAX
+    } else {
+        p.markers.begin
+    };
     let analyzer = Analyzer::new(&mut p.map, roi, begin, setup)?;
     let t0 = Instant::now();
     let mut cap = capture::lackey(&p.workload)?;
@@ -90,22 +104,36 @@ pub fn analyze(p: &mut Prepared, setup: Setup, whole_program: bool) -> Result<Ti
     // A failing workload explains a broken trace better than the trace error does.
     finish?;
     let report = result?;
-    Ok(Timed { report, elapsed: t0.elapsed() })
+    Ok(Timed {
+        report,
+        elapsed: t0.elapsed(),
+    })
 }
 
 /// Analyzer throughput without valgrind's cost: captures the first `max_bytes` of the
 /// workload's lackey trace into memory (this sample only: the analysis proper never stores a
 /// trace), then times one [`Analyzer`] pass over it in whole-program mode. Returns (records,
 /// seconds).
-pub fn replay_throughput(p: &mut Prepared, setup: Setup, max_bytes: usize) -> Result<(u64, f64), SessionError> {
+pub fn replay_throughput(
+    p: &mut Prepared,
+    setup: Setup,
+    max_bytes: usize,
+) -> Result<(u64, f64), SessionError> {
     use std::io::Read as _;
     let mut buf = Vec::with_capacity(max_bytes);
     {
         let mut cap = capture::lackey(&p.workload)?;
-        (&mut cap.trace).take(max_bytes as u64).read_to_end(&mut buf).map_err(CaptureError::Io)?;
+        (&mut cap.trace)
+            .take(max_bytes as u64)
+            .read_to_end(&mut buf)
+            .map_err(CaptureError::Io)?;
         // Dropping the capture kills valgrind.
     }
-    let cut = buf.iter().rposition(|&b| b == b'\n').map(|i| i + 1).unwrap_or(0);
+    let cut = buf
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map(|i| i + 1)
+        .unwrap_or(0);
     buf.truncate(cut);
     let analyzer = Analyzer::new(&mut p.map, RoiFilter::whole_program(), u64::MAX, setup)?;
     let t0 = Instant::now();

@@ -45,7 +45,14 @@ pub struct TimingConfig {
 
 impl Default for TimingConfig {
     fn default() -> Self {
-        TimingConfig { issue_width: 4, l1_latency: 1, l2_latency: 6, mem_latency: 60, taken_penalty: 1, fetch_queue: 16 }
+        TimingConfig {
+            issue_width: 4,
+            l1_latency: 1,
+            l2_latency: 6,
+            mem_latency: 60,
+            taken_penalty: 1,
+            fetch_queue: 16,
+        }
     }
 }
 
@@ -81,17 +88,35 @@ pub struct Pipe {
 
 impl Default for Pipe {
     fn default() -> Self {
-        Pipe { cycle: 0, in_cycle: 0, ready: [0; FLAGS + 1], fetch: 0, ring: [0; RING], n: 0 }
+        Pipe {
+            cycle: 0,
+            in_cycle: 0,
+            ready: [0; FLAGS + 1],
+            fetch: 0,
+            ring: [0; RING],
+            n: 0,
+        }
     }
 }
 
 impl Pipe {
     /// Issues one instruction; `ifetch` and `data` say where its fetch and its loads were served.
     #[inline]
-    pub fn step(&mut self, cfg: &TimingConfig, insn: &Insn, taken_before: bool, ifetch: Served, data: Served) {
+    pub fn step(
+        &mut self,
+        cfg: &TimingConfig,
+        insn: &Insn,
+        taken_before: bool,
+        ifetch: Served,
+        data: Served,
+    ) {
         let q = (cfg.fetch_queue as usize).clamp(1, RING);
         let slot = (self.n as usize) % q;
-        let gate = if self.n >= q as u64 { self.ring[slot] } else { 0 };
+        let gate = if self.n >= q as u64 {
+            self.ring[slot]
+        } else {
+            0
+        };
         let mut f = self.fetch.max(gate) + cfg.penalty(ifetch);
         if taken_before {
             f += cfg.taken_penalty as u64;
@@ -181,14 +206,19 @@ pub struct Breakdown {
 impl TimingRun {
     /// A run with parameters `cfg`.
     pub fn new(cfg: TimingConfig) -> Self {
-        TimingRun { cfg, ..Default::default() }
+        TimingRun {
+            cfg,
+            ..Default::default()
+        }
     }
 
     /// Feeds one instruction.
     #[inline]
     pub fn step(&mut self, insn: &Insn, taken_before: bool, ifetch: Served, data: Served) {
-        self.perfect.step(&self.cfg, insn, taken_before, Served::L1, Served::L1);
-        self.perfect_i.step(&self.cfg, insn, taken_before, Served::L1, data);
+        self.perfect
+            .step(&self.cfg, insn, taken_before, Served::L1, Served::L1);
+        self.perfect_i
+            .step(&self.cfg, insn, taken_before, Served::L1, data);
         self.real.step(&self.cfg, insn, taken_before, ifetch, data);
     }
 
@@ -218,7 +248,13 @@ mod tests {
     use iced_x86::Mnemonic;
 
     fn alu(reads: u64, writes: u64) -> Insn {
-        Insn { reads, writes, class: Class::IntAlu, mnemonic: Mnemonic::Add, ..Insn::unknown(3) }
+        Insn {
+            reads,
+            writes,
+            class: Class::IntAlu,
+            mnemonic: Mnemonic::Add,
+            ..Insn::unknown(3)
+        }
     }
 
     #[test]
@@ -240,9 +276,17 @@ mod tests {
 
     #[test]
     fn breakdown_splits_stalls() {
-        let cfg = TimingConfig { issue_width: 1, fetch_queue: 1, ..Default::default() };
+        let cfg = TimingConfig {
+            issue_width: 1,
+            fetch_queue: 1,
+            ..Default::default()
+        };
         let mut r = TimingRun::new(cfg);
-        let load = Insn { class: Class::Load, writes: 1, ..alu(0, 1) };
+        let load = Insn {
+            class: Class::Load,
+            writes: 1,
+            ..alu(0, 1)
+        };
         r.step(&load, false, Served::L1, Served::L2); // data miss
         r.step(&alu(1, 2), false, Served::L1, Served::L1); // uses it
         r.step(&alu(0, 4), false, Served::Mem, Served::L1); // i-miss

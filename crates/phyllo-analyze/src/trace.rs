@@ -202,7 +202,11 @@ impl<R: Read> LackeyReader<R> {
 }
 
 fn snippet(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == b'\n').unwrap_or(b.len()).min(80);
+    let end = b
+        .iter()
+        .position(|&c| c == b'\n')
+        .unwrap_or(b.len())
+        .min(80);
     String::from_utf8_lossy(&b[..end]).to_string()
 }
 
@@ -309,12 +313,37 @@ mod tests {
         for cap in [256, 1 << 20] {
             let (v, s) = all(T, cap).unwrap();
             assert_eq!(v.len(), 4);
-            assert_eq!(v[0], Record { kind: Kind::Instr, addr: 0x401ab70, size: 3 });
-            assert_eq!(v[1], Record { kind: Kind::Store, addr: 0x1fff000778, size: 8 });
-            assert_eq!(v[2], Record { kind: Kind::Load, addr: 0x10, size: 4 });
+            assert_eq!(
+                v[0],
+                Record {
+                    kind: Kind::Instr,
+                    addr: 0x401ab70,
+                    size: 3
+                }
+            );
+            assert_eq!(
+                v[1],
+                Record {
+                    kind: Kind::Store,
+                    addr: 0x1fff000778,
+                    size: 8
+                }
+            );
+            assert_eq!(
+                v[2],
+                Record {
+                    kind: Kind::Load,
+                    addr: 0x10,
+                    size: 4
+                }
+            );
             assert_eq!(
                 v[3],
-                Record { kind: Kind::Modify, addr: 0xffff_ffff_0000_0000, size: 16 }
+                Record {
+                    kind: Kind::Modify,
+                    addr: 0xffff_ffff_0000_0000,
+                    size: 16
+                }
             );
             assert_eq!(s.messages.len(), 2);
         }
@@ -324,7 +353,12 @@ mod tests {
     fn small_buffer_crosses_refills() {
         let mut t = String::new();
         for i in 0..10_000u64 {
-            t.push_str(&format!("I  {:08x},{}\n L {:x},8\n", i * 3, 1 + i % 15, i * 64));
+            t.push_str(&format!(
+                "I  {:08x},{}\n L {:x},8\n",
+                i * 3,
+                1 + i % 15,
+                i * 64
+            ));
         }
         let (v, _) = all(&t, 256).unwrap();
         assert_eq!(v.len(), 20_000);
@@ -334,11 +368,26 @@ mod tests {
 
     #[test]
     fn truncated_and_malformed() {
-        assert!(matches!(all("I  0401ab70,3\nI  0401", 256), Err(TraceError::Truncated { line: 2, .. })));
-        assert!(matches!(all("I  0401ab70,3", 256), Err(TraceError::Truncated { .. })));
-        assert!(matches!(all("I  04zz,3\n", 256), Err(TraceError::Malformed { line: 1, .. })));
-        assert!(matches!(all("hello\n", 256), Err(TraceError::Malformed { .. })));
-        assert!(matches!(all("I  12345678901234567,3\n", 256), Err(TraceError::Malformed { .. })));
+        assert!(matches!(
+            all("I  0401ab70,3\nI  0401", 256),
+            Err(TraceError::Truncated { line: 2, .. })
+        ));
+        assert!(matches!(
+            all("I  0401ab70,3", 256),
+            Err(TraceError::Truncated { .. })
+        ));
+        assert!(matches!(
+            all("I  04zz,3\n", 256),
+            Err(TraceError::Malformed { line: 1, .. })
+        ));
+        assert!(matches!(
+            all("hello\n", 256),
+            Err(TraceError::Malformed { .. })
+        ));
+        assert!(matches!(
+            all("I  12345678901234567,3\n", 256),
+            Err(TraceError::Malformed { .. })
+        ));
         assert!(all("", 256).unwrap().0.is_empty());
     }
 }

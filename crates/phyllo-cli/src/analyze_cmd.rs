@@ -13,7 +13,9 @@ use phyllo_analyze::timing::TimingConfig;
 
 /// `phyllo analyze` options.
 #[derive(clap::Args, Debug, Clone)]
-#[command(after_help = "Example:\n  phyllo analyze --workload lan --packets 2000 --l1i 16k:4:32 --l1i 32k:4:32 --l1d 16k:4:32 --policy lru --width 1 --width 4 --fusion --layout bipartite\n\nGeometries are SIZE:ASSOC:LINE (k/m suffixes). Each --l1i × --l1d pair is one hierarchy, all simulated in one pass.")]
+#[command(
+    after_help = "Example:\n  phyllo analyze --workload lan --packets 2000 --l1i 16k:4:32 --l1i 32k:4:32 --l1d 16k:4:32 --policy lru --width 1 --width 4 --fusion --layout bipartite\n\nGeometries are SIZE:ASSOC:LINE (k/m suffixes). Each --l1i × --l1d pair is one hierarchy, all simulated in one pass."
+)]
 pub struct AnalyzeArgs {
     /// Workload: lan, wan (protocol stack, synthetic bimodal packet trace) or compute.
     #[arg(long, default_value = "lan")]
@@ -89,13 +91,30 @@ pub fn workload(name: &str, packets: usize, size_kib: usize, seed: u64) -> Resul
 
 fn hierarchies(a: &AnalyzeArgs) -> Result<Vec<HierarchyConfig>> {
     let policy: Policy = a.policy.parse()?;
-    let with = |c: CacheConfig| CacheConfig { policy, seed: a.policy_seed, ..c };
-    let l2 = if a.l2 == "none" { None } else { Some(with(CacheConfig::parse(&a.l2)?)) };
-    let mode = if a.cachegrind_mode { Mode::Cachegrind } else { Mode::Phyllo };
+    let with = |c: CacheConfig| CacheConfig {
+        policy,
+        seed: a.policy_seed,
+        ..c
+    };
+    let l2 = if a.l2 == "none" {
+        None
+    } else {
+        Some(with(CacheConfig::parse(&a.l2)?))
+    };
+    let mode = if a.cachegrind_mode {
+        Mode::Cachegrind
+    } else {
+        Mode::Phyllo
+    };
     let mut v = Vec::new();
     for i in &a.l1i {
         for d in &a.l1d {
-            v.push(HierarchyConfig { l1i: with(CacheConfig::parse(i)?), l1d: with(CacheConfig::parse(d)?), l2, mode });
+            v.push(HierarchyConfig {
+                l1i: with(CacheConfig::parse(i)?),
+                l1d: with(CacheConfig::parse(d)?),
+                l2,
+                mode,
+            });
         }
     }
     Ok(v)
@@ -112,14 +131,32 @@ pub fn render(r: &Report, top: usize) -> String {
     let _ = writeln!(s, "trace length {} instructions, {} loads, {} stores, {} modifies; {} records read; region entered {} time(s)", r.instructions, r.data_refs[0], r.data_refs[1], r.data_refs[2], r.records, r.roi_entries);
     let _ = writeln!(s, "\ncaches:");
     for (h, i, d, l2) in &r.caches {
-        let _ = write!(s, "  {h}: L1I {} misses / {} ({}), L1D {} / {} ({})", i.misses(), i.accesses(), pct(i.miss_ratio()), d.misses(), d.accesses(), pct(d.miss_ratio()));
+        let _ = write!(
+            s,
+            "  {h}: L1I {} misses / {} ({}), L1D {} / {} ({})",
+            i.misses(),
+            i.accesses(),
+            pct(i.miss_ratio()),
+            d.misses(),
+            d.accesses(),
+            pct(d.miss_ratio())
+        );
         if let Some(l2) = l2 {
-            let _ = write!(s, ", L2 {} / {} ({})", l2.misses(), l2.accesses(), pct(l2.miss_ratio()));
+            let _ = write!(
+                s,
+                ", L2 {} / {} ({})",
+                l2.misses(),
+                l2.accesses(),
+                pct(l2.miss_ratio())
+            );
         }
         let _ = writeln!(s);
     }
     if !r.timings.is_empty() {
-        let _ = writeln!(s, "\ntiming (seed 003 Fig 4 breakdown; seed 000 CPI/iCPI/mCPI):");
+        let _ = writeln!(
+            s,
+            "\ntiming (seed 003 Fig 4 breakdown; seed 000 CPI/iCPI/mCPI):"
+        );
         for (h, t, b) in &r.timings {
             let c = b.cycles.max(1) as f64;
             let _ = writeln!(s, "  {} width {}: {} cycles, CPU {} data {} instr {} | CPI {:.3} iCPI {:.3} mCPI {:.3}", r.caches[*h].0.l1i, t.issue_width, b.cycles, pct(b.cpu as f64 / c), pct(b.data as f64 / c), pct(b.instr as f64 / c), b.cpi, b.icpi, b.mcpi);
@@ -130,17 +167,32 @@ pub fn render(r: &Report, top: usize) -> String {
         for (c, n) in &r.mix {
             let _ = writeln!(s, "  {:<24} {:>12} {}", c.name(), n, pct(r.mix_share(*c)));
         }
-        let _ = writeln!(s, "\ntop dependent pairs (seed 003 Table 1), {} dependent pairs in all:", r.dependent_pairs);
+        let _ = writeln!(
+            s,
+            "\ntop dependent pairs (seed 003 Table 1), {} dependent pairs in all:",
+            r.dependent_pairs
+        );
         for p in r.pairs.iter().take(top) {
             let _ = writeln!(s, "  {:<10} {:<10} {}", p.first, p.second, pct(p.share));
         }
         let _ = writeln!(s, "\nhottest functions:");
         for (f, n) in r.functions.iter().take(top) {
-            let _ = writeln!(s, "  {:>6} {}", pct(*n as f64 / r.instructions.max(1) as f64), f);
+            let _ = writeln!(
+                s,
+                "  {:>6} {}",
+                pct(*n as f64 / r.instructions.max(1) as f64),
+                f
+            );
         }
     }
     if !r.fusion.is_empty() {
-        let base = r.fusion.iter().find(|f| f.name == "--").map(|f| f.breakdown.cycles).unwrap_or(0).max(1);
+        let base = r
+            .fusion
+            .iter()
+            .find(|f| f.name == "--")
+            .map(|f| f.breakdown.cycles)
+            .unwrap_or(0)
+            .max(1);
         let _ = writeln!(s, "\nfusion alternatives (seed 003 Fig 5):");
         for f in &r.fusion {
             let _ = writeln!(s, "  {:<6} instructions saved {} ({}), code bytes saved {}, L1I misses {}, time gain {}", f.name, f.saved, pct(f.saved as f64 / r.instructions.max(1) as f64), f.bytes_saved, f.l1i.misses(), pct(1.0 - f.breakdown.cycles as f64 / base as f64));
@@ -149,10 +201,20 @@ pub fn render(r: &Report, top: usize) -> String {
     if !r.layouts.is_empty() {
         let _ = writeln!(s, "\nvirtual layouts (seed 000 §3), L1I:");
         for (n, st) in &r.layouts {
-            let _ = writeln!(s, "  {:<18} misses {} ({})", n, st.misses(), pct(st.miss_ratio()));
+            let _ = writeln!(
+                s,
+                "  {:<18} misses {} ({})",
+                n,
+                st.misses(),
+                pct(st.miss_ratio())
+            );
         }
     }
-    for m in r.messages.iter().filter(|m| m.contains("rror") || m.contains("signal")) {
+    for m in r
+        .messages
+        .iter()
+        .filter(|m| m.contains("rror") || m.contains("signal"))
+    {
         let _ = writeln!(s, "valgrind: {m}");
     }
     s
@@ -165,9 +227,22 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
     let w = workload(&a.workload, a.packets, a.size_kib, a.seed)?;
     eprintln!("probing and decoding {} ...", w.program.display());
     let mut p = session::prepare(w)?;
-    eprintln!("load bias {:#x}; {} static instructions decoded ({} libraries)", p.bias, p.map.len(), p.libraries.len());
-    let timing = TimingConfig { l2_latency: a.l2_latency, mem_latency: a.mem_latency, ..TimingConfig::default() };
-    let mut setup = Setup { hierarchies: hier.clone(), instructions: true, ..Default::default() };
+    eprintln!(
+        "load bias {:#x}; {} static instructions decoded ({} libraries)",
+        p.bias,
+        p.map.len(),
+        p.libraries.len()
+    );
+    let timing = TimingConfig {
+        l2_latency: a.l2_latency,
+        mem_latency: a.mem_latency,
+        ..TimingConfig::default()
+    };
+    let mut setup = Setup {
+        hierarchies: hier.clone(),
+        instructions: true,
+        ..Default::default()
+    };
     for h in 0..hier.len() {
         for &w in &a.width {
             setup.timings.push((h, timing.with_width(w)));
@@ -178,7 +253,12 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
     }
     let t = session::analyze(&mut p, setup, a.whole_program)?;
     print!("{}", render(&t.report, a.top));
-    println!("\n{} records in {:.1} s under lackey ({:.2} M records/s end to end)", t.report.records, t.elapsed.as_secs_f64(), t.report.records as f64 / t.elapsed.as_secs_f64() / 1e6);
+    println!(
+        "\n{} records in {:.1} s under lackey ({:.2} M records/s end to end)",
+        t.report.records,
+        t.elapsed.as_secs_f64(),
+        t.report.records as f64 / t.elapsed.as_secs_f64() / 1e6
+    );
     if !a.layout.is_empty() {
         let l1i = hier[0].l1i;
         let period = l1i.sets() * l1i.line as u64;
@@ -186,9 +266,19 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
         let mut layouts = Vec::new();
         for l in &a.layout {
             let kind: LayoutKind = l.parse().map_err(anyhow::Error::msg)?;
-            layouts.push(Layout::compute(&kind, p.map.funcs(), &t.report.profile, period, a.packets as u64, base));
+            layouts.push(Layout::compute(
+                &kind,
+                p.map.funcs(),
+                &t.report.profile,
+                period,
+                a.packets as u64,
+                base,
+            ));
         }
-        let setup = Setup { layouts: Some(LayoutSetup { l1i, layouts }), ..Default::default() };
+        let setup = Setup {
+            layouts: Some(LayoutSetup { l1i, layouts }),
+            ..Default::default()
+        };
         let t2 = session::analyze(&mut p, setup, a.whole_program)?;
         print!("{}", render(&t2.report, a.top));
     }

@@ -111,7 +111,8 @@ impl<F: FnMut(&[u8]) -> usize> Transfer for F {
 
 /// Builds the protocol pair of the workloads: `phyllo::harness::Pair` with spec [`SPEC`].
 pub fn protocol_pair() -> Result<Box<dyn Transfer>> {
-    let pair = phyllo::harness::Pair::from_spec(SPEC).map_err(|e| anyhow::anyhow!("building {SPEC}: {e}"))?;
+    let pair = phyllo::harness::Pair::from_spec(SPEC)
+        .map_err(|e| anyhow::anyhow!("building {SPEC}: {e}"))?;
     Ok(Box::new(PhylloPair(pair)))
 }
 
@@ -135,7 +136,10 @@ impl Transfer for PhylloPair {
 /// Compute workload: deflate round trip and a sort, over `size` bytes.
 fn compute(size: usize, seed: u64) -> u64 {
     let mut r = SplitMix(seed);
-    let words = ["protocol", "layer", "header", "cache", "packet", "window", "the", "of", "and", "fast", "path", "seed"];
+    let words = [
+        "protocol", "layer", "header", "cache", "packet", "window", "the", "of", "and", "fast",
+        "path", "seed",
+    ];
     let mut text = Vec::with_capacity(size + 16);
     while text.len() < size {
         text.extend_from_slice(words[r.range(0, words.len())].as_bytes());
@@ -167,12 +171,26 @@ pub fn main(args: WorkloadArgs) -> Result<()> {
     phyllo_analyze::roi::probe_exit_if_requested();
     match args.name.as_str() {
         "lan" | "wan" => {
-            let t = if args.name == "lan" { Traffic::Lan } else { Traffic::Wan };
+            let t = if args.name == "lan" {
+                Traffic::Lan
+            } else {
+                Traffic::Wan
+            };
             let sizes = packet_sizes(t, args.packets, args.seed);
             let payload: Vec<u8> = (0..8192u32).map(|i| (i * 31 + 7) as u8).collect();
             let mut pair = protocol_pair()?;
-            let delivered = phyllo_analyze::roi::run(|| sizes.iter().map(|&s| pair.transfer(&payload[..s.min(payload.len())])).sum::<usize>());
-            println!("workload {}: {} packets, {} delivered", args.name, sizes.len(), delivered);
+            let delivered = phyllo_analyze::roi::run(|| {
+                sizes
+                    .iter()
+                    .map(|&s| pair.transfer(&payload[..s.min(payload.len())]))
+                    .sum::<usize>()
+            });
+            println!(
+                "workload {}: {} packets, {} delivered",
+                args.name,
+                sizes.len(),
+                delivered
+            );
         }
         "compute" => {
             let v = compute(args.size_kib * 1024, args.seed);

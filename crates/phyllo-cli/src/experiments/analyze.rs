@@ -53,15 +53,30 @@ fn sweep() -> Sweep {
             }
         }
     };
-    let size = SIZES_KB.iter().map(|&s| idx(cfg(s, 4, 32), &mut hier)).collect();
-    let assoc = ASSOCS.iter().map(|&a| idx(cfg(16, a, 32), &mut hier)).collect();
-    let line = LINES.iter().map(|&l| idx(cfg(16, 4, l), &mut hier)).collect();
-    Sweep { hier, size, assoc, line }
+    let size = SIZES_KB
+        .iter()
+        .map(|&s| idx(cfg(s, 4, 32), &mut hier))
+        .collect();
+    let assoc = ASSOCS
+        .iter()
+        .map(|&a| idx(cfg(16, a, 32), &mut hier))
+        .collect();
+    let line = LINES
+        .iter()
+        .map(|&l| idx(cfg(16, 4, l), &mut hier))
+        .collect();
+    Sweep {
+        hier,
+        size,
+        assoc,
+        line,
+    }
 }
 
 fn setup(sw: &Sweep, fusion: bool) -> Setup {
     let t = TimingConfig::default();
-    let mut timings: Vec<(usize, TimingConfig)> = WIDTHS.iter().map(|&w| (0, t.with_width(w))).collect();
+    let mut timings: Vec<(usize, TimingConfig)> =
+        WIDTHS.iter().map(|&w| (0, t.with_width(w))).collect();
     for h in 1..sw.hier.len() {
         timings.push((h, t));
     }
@@ -75,7 +90,11 @@ fn setup(sw: &Sweep, fusion: bool) -> Setup {
 }
 
 fn breakdown(r: &Report, h: usize, width: u32) -> Breakdown {
-    r.timings.iter().find(|(hh, t, _)| *hh == h && t.issue_width == width).map(|x| x.2).unwrap_or_default()
+    r.timings
+        .iter()
+        .find(|(hh, t, _)| *hh == h && t.issue_width == width)
+        .map(|x| x.2)
+        .unwrap_or_default()
 }
 
 fn s(v: impl ToString) -> String {
@@ -101,7 +120,9 @@ impl Experiment for Analyze {
 
     fn run(&self, ctx: &Ctx) -> Result<Outcome> {
         if !capture::have_valgrind() {
-            return Ok(Outcome::Skipped("valgrind not found: apt-get install valgrind".into()));
+            return Ok(Outcome::Skipped(
+                "valgrind not found: apt-get install valgrind".into(),
+            ));
         }
         let (packets, kib) = if ctx.quick { (400, 4) } else { (10_000, 64) };
         let sw = sweep();
@@ -134,7 +155,11 @@ impl Experiment for Analyze {
         sec.tables.push(Table {
             title: "Seed 003 Figure 2 (top): dynamic instruction mix".into(),
             headers: headers(&["class", "LAN protocol", "compute (SPECint stand-in)"]),
-            rows: Class::ALL.iter().filter(|&&c| c != Class::Unknown || lan.mix_share(c) > 0.0).map(|&c| vec![s(c.name()), pct(lan.mix_share(c)), pct(cmp.mix_share(c))]).collect(),
+            rows: Class::ALL
+                .iter()
+                .filter(|&&c| c != Class::Unknown || lan.mix_share(c) > 0.0)
+                .map(|&c| vec![s(c.name()), pct(lan.mix_share(c)), pct(cmp.mix_share(c))])
+                .collect(),
         });
         sec.text.push(
             "Classes (x86-64 decoded with iced-x86): an instruction with a memory source counts as a load, one \
@@ -147,7 +172,16 @@ impl Experiment for Analyze {
         let norm = breakdown(&cmp, 0, 1).cycles.max(1) as f64;
         let norm_l = breakdown(lan, 0, 1).cycles.max(1) as f64;
         let mut rows = Vec::new();
-        let mut ilp = vec![Series { name: "LAN".into(), ..Default::default() }, Series { name: "compute".into(), ..Default::default() }];
+        let mut ilp = vec![
+            Series {
+                name: "LAN".into(),
+                ..Default::default()
+            },
+            Series {
+                name: "compute".into(),
+                ..Default::default()
+            },
+        ];
         for &w in &WIDTHS {
             let (l, c) = (breakdown(lan, 0, w), breakdown(&cmp, 0, w));
             ilp[0].points.push((w as f64, l.cycles as f64 / norm_l));
@@ -155,7 +189,12 @@ impl Experiment for Analyze {
             rows.push(vec![
                 s(w),
                 format!("{:.3}", l.cycles as f64 / norm_l),
-                format!("{} / {} / {}", pct(l.cpu as f64 / l.cycles.max(1) as f64), pct(l.data as f64 / l.cycles.max(1) as f64), pct(l.instr as f64 / l.cycles.max(1) as f64)),
+                format!(
+                    "{} / {} / {}",
+                    pct(l.cpu as f64 / l.cycles.max(1) as f64),
+                    pct(l.data as f64 / l.cycles.max(1) as f64),
+                    pct(l.instr as f64 / l.cycles.max(1) as f64)
+                ),
                 format!("{:.3} / {:.3} / {:.3}", l.cpi, l.icpi, l.mcpi),
                 format!("{:.3}", c.cycles as f64 / norm),
                 format!("{:.3} / {:.3} / {:.3}", c.cpi, c.icpi, c.mcpi),
@@ -166,31 +205,80 @@ impl Experiment for Analyze {
             headers: headers(&["issue width", "LAN time", "LAN CPU / data / instr", "LAN CPI / iCPI / mCPI", "compute time", "compute CPI / iCPI / mCPI"]),
             rows,
         });
-        sec.plots.push(Plot { id: "analyze_fig2_ilp".into(), title: "Seed 003 Fig 2: execution time vs issue width".into(), x_label: "issue width".into(), y_label: "time (normalised to width 1)".into(), log_x: true, log_y: false, series: ilp });
+        sec.plots.push(Plot {
+            id: "analyze_fig2_ilp".into(),
+            title: "Seed 003 Fig 2: execution time vs issue width".into(),
+            x_label: "issue width".into(),
+            y_label: "time (normalised to width 1)".into(),
+            log_x: true,
+            log_y: false,
+            series: ilp,
+        });
 
         // Figure 3: L1I miss ratio sweeps.
         for (name, idxs, xs, unit) in [
-            ("size", &sw.size, SIZES_KB.iter().map(|&x| x as f64).collect::<Vec<_>>(), "KB (4-way, 32 B)"),
-            ("associativity", &sw.assoc, ASSOCS.iter().map(|&x| x as f64).collect(), "ways (16 KB, 32 B)"),
-            ("line", &sw.line, LINES.iter().map(|&x| x as f64).collect(), "B (16 KB, 4-way)"),
+            (
+                "size",
+                &sw.size,
+                SIZES_KB.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                "KB (4-way, 32 B)",
+            ),
+            (
+                "associativity",
+                &sw.assoc,
+                ASSOCS.iter().map(|&x| x as f64).collect(),
+                "ways (16 KB, 32 B)",
+            ),
+            (
+                "line",
+                &sw.line,
+                LINES.iter().map(|&x| x as f64).collect(),
+                "B (16 KB, 4-way)",
+            ),
         ] {
-            let mut lan_s = Series { name: "LAN".into(), ..Default::default() };
-            let mut cmp_s = Series { name: "compute".into(), ..Default::default() };
+            let mut lan_s = Series {
+                name: "LAN".into(),
+                ..Default::default()
+            };
+            let mut cmp_s = Series {
+                name: "compute".into(),
+                ..Default::default()
+            };
             let mut rows = Vec::new();
             for (k, &h) in idxs.iter().enumerate() {
                 let (li, ci) = (lan.caches[h].1.miss_ratio(), cmp.caches[h].1.miss_ratio());
                 lan_s.points.push((xs[k], 100.0 * li));
                 cmp_s.points.push((xs[k], 100.0 * ci));
-                rows.push(vec![format!("{} {unit}", xs[k]), s(sw.hier[h].l1i), pct(li), pct(ci)]);
+                rows.push(vec![
+                    format!("{} {unit}", xs[k]),
+                    s(sw.hier[h].l1i),
+                    pct(li),
+                    pct(ci),
+                ]);
             }
-            sec.tables.push(Table { title: format!("Seed 003 Figure 3: L1I miss ratio vs {name}"), headers: headers(&[name, "L1I", "LAN", "compute"]), rows });
-            sec.plots.push(Plot { id: format!("analyze_fig3_{}", &name[..4]), title: format!("Seed 003 Fig 3: L1I miss ratio vs {name}"), x_label: format!("{name} ({unit})"), y_label: "L1I miss ratio (%)".into(), log_x: true, log_y: false, series: vec![lan_s, cmp_s] });
+            sec.tables.push(Table {
+                title: format!("Seed 003 Figure 3: L1I miss ratio vs {name}"),
+                headers: headers(&[name, "L1I", "LAN", "compute"]),
+                rows,
+            });
+            sec.plots.push(Plot {
+                id: format!("analyze_fig3_{}", &name[..4]),
+                title: format!("Seed 003 Fig 3: L1I miss ratio vs {name}"),
+                x_label: format!("{name} ({unit})"),
+                y_label: "L1I miss ratio (%)".into(),
+                log_x: true,
+                log_y: false,
+                series: vec![lan_s, cmp_s],
+            });
         }
 
         // Figure 4: time breakdown across i-cache geometries (width 4).
         let base_c = breakdown(lan, 0, 4).cycles.max(1) as f64;
         let mut rows = Vec::new();
-        let mut f4 = ["CPU", "data access", "instruction access"].map(|n| Series { name: n.into(), ..Default::default() });
+        let mut f4 = ["CPU", "data access", "instruction access"].map(|n| Series {
+            name: n.into(),
+            ..Default::default()
+        });
         for (k, &h) in sw.size.iter().chain(&sw.assoc).chain(&sw.line).enumerate() {
             let b = breakdown(lan, h, 4);
             if k < sw.size.len() {
@@ -213,20 +301,48 @@ impl Experiment for Analyze {
             headers: headers(&["L1I", "total", "CPU", "data access", "instruction access", "CPI / iCPI / mCPI"]),
             rows,
         });
-        sec.plots.push(Plot { id: "analyze_fig4_size".into(), title: "Seed 003 Fig 4: LAN time breakdown vs L1I size".into(), x_label: "L1I size (KB, 4-way, 32 B)".into(), y_label: "time (normalised to 16 KB)".into(), log_x: true, log_y: false, series: f4.to_vec() });
+        sec.plots.push(Plot {
+            id: "analyze_fig4_size".into(),
+            title: "Seed 003 Fig 4: LAN time breakdown vs L1I size".into(),
+            x_label: "L1I size (KB, 4-way, 32 B)".into(),
+            y_label: "time (normalised to 16 KB)".into(),
+            log_x: true,
+            log_y: false,
+            series: f4.to_vec(),
+        });
 
         // Table 1: dependent pairs.
-        let top: Vec<Vec<String>> = lan.pairs.iter().take(10).map(|p| vec![p.first.clone(), p.second.clone(), pct(p.share)]).collect();
+        let top: Vec<Vec<String>> = lan
+            .pairs
+            .iter()
+            .take(10)
+            .map(|p| vec![p.first.clone(), p.second.clone(), pct(p.share)])
+            .collect();
         sec.tables.push(Table { title: format!("Seed 003 Table 1: most frequent dependent pairs, LAN ({} of {} instructions start a dependent pair)", lan.dependent_pairs, lan.instructions), headers: headers(&["1st instruction", "2nd instruction", "occurrence"]), rows: top });
 
         // Figure 5: fusion alternatives.
-        let base_f = lan.fusion.iter().find(|f| f.name == "--").map(|f| f.breakdown).unwrap_or_default();
-        let gain = |a: u64, b: u64| if a == 0 { 0.0 } else { 1.0 - b as f64 / a as f64 };
+        let base_f = lan
+            .fusion
+            .iter()
+            .find(|f| f.name == "--")
+            .map(|f| f.breakdown)
+            .unwrap_or_default();
+        let gain = |a: u64, b: u64| {
+            if a == 0 {
+                0.0
+            } else {
+                1.0 - b as f64 / a as f64
+            }
+        };
         let mut rows = Vec::new();
-        let mut f5 = Series { name: "time improvement (%)".into(), ..Default::default() };
+        let mut f5 = Series {
+            name: "time improvement (%)".into(),
+            ..Default::default()
+        };
         for (k, f) in lan.fusion.iter().enumerate() {
             let b = f.breakdown;
-            f5.points.push((k as f64, 100.0 * gain(base_f.cycles, b.cycles)));
+            f5.points
+                .push((k as f64, 100.0 * gain(base_f.cycles, b.cycles)));
             rows.push(vec![
                 f.name.clone(),
                 pct(f.saved as f64 / lan.instructions.max(1) as f64),
@@ -243,18 +359,49 @@ impl Experiment for Analyze {
             headers: headers(&["alternative", "instructions saved", "code bytes saved", "L1I miss ratio", "time improvement", "CPU", "data access", "instr access"]),
             rows,
         });
-        sec.plots.push(Plot { id: "analyze_fig5_fusion".into(), title: "Seed 003 Fig 5: improvement of each fusion alternative (index = table row)".into(), x_label: "alternative (row of the table)".into(), y_label: "execution time improvement (%)".into(), log_x: false, log_y: false, series: vec![f5] });
+        sec.plots.push(Plot {
+            id: "analyze_fig5_fusion".into(),
+            title: "Seed 003 Fig 5: improvement of each fusion alternative (index = table row)"
+                .into(),
+            x_label: "alternative (row of the table)".into(),
+            y_label: "execution time improvement (%)".into(),
+            log_x: false,
+            log_y: false,
+            series: vec![f5],
+        });
 
         // Virtual layouts (seed 000 §3), full mode only (a second traced run).
         if !ctx.quick {
             let l1i = sw.hier[0].l1i;
             let period = l1i.sets() * l1i.line as u64;
             let base = lan_p.map.funcs().first().map(|f| f.start).unwrap_or(0);
-            let layouts = [LayoutKind::Original, LayoutKind::InvocationOrder, LayoutKind::Bipartite, LayoutKind::Bad]
-                .iter()
-                .map(|k| Layout::compute(k, lan_p.map.funcs(), &lan.profile, period, packets as u64, base))
-                .collect();
-            let r = session::analyze(&mut lan_p, Setup { layouts: Some(LayoutSetup { l1i, layouts }), ..Default::default() }, false)?.report;
+            let layouts = [
+                LayoutKind::Original,
+                LayoutKind::InvocationOrder,
+                LayoutKind::Bipartite,
+                LayoutKind::Bad,
+            ]
+            .iter()
+            .map(|k| {
+                Layout::compute(
+                    k,
+                    lan_p.map.funcs(),
+                    &lan.profile,
+                    period,
+                    packets as u64,
+                    base,
+                )
+            })
+            .collect();
+            let r = session::analyze(
+                &mut lan_p,
+                Setup {
+                    layouts: Some(LayoutSetup { l1i, layouts }),
+                    ..Default::default()
+                },
+                false,
+            )?
+            .report;
             sec.tables.push(Table {
                 title: "Seed 000 §3: LAN L1I (16 KB 4-way 32 B) under virtual code layouts computed from the trace (no relinking)".into(),
                 headers: headers(&["layout", "L1I misses", "miss ratio"]),
@@ -266,12 +413,35 @@ impl Experiment for Analyze {
         let small = workload("compute", packets, 2, 1)?;
         let g = |x: &str| CacheConfig::parse(x).expect("valid geometry");
         let geoms = [
-            HierarchyConfig { l1i: g("16k:4:32"), l1d: g("16k:4:32"), l2: Some(g("256k:8:64")), mode: Mode::Cachegrind },
-            HierarchyConfig { l1i: g("8k:2:64"), l1d: g("32k:8:64"), l2: Some(g("1m:16:64")), mode: Mode::Cachegrind },
-            HierarchyConfig { l1i: g("32k:8:64"), l1d: g("8k:1:32"), l2: Some(g("512k:8:64")), mode: Mode::Cachegrind },
+            HierarchyConfig {
+                l1i: g("16k:4:32"),
+                l1d: g("16k:4:32"),
+                l2: Some(g("256k:8:64")),
+                mode: Mode::Cachegrind,
+            },
+            HierarchyConfig {
+                l1i: g("8k:2:64"),
+                l1d: g("32k:8:64"),
+                l2: Some(g("1m:16:64")),
+                mode: Mode::Cachegrind,
+            },
+            HierarchyConfig {
+                l1i: g("32k:8:64"),
+                l1d: g("8k:1:32"),
+                l2: Some(g("512k:8:64")),
+                mode: Mode::Cachegrind,
+            },
         ];
         let mut sp = session::prepare(small.clone())?;
-        let ours = session::analyze(&mut sp, Setup { hierarchies: geoms.to_vec(), ..Default::default() }, true)?.report;
+        let ours = session::analyze(
+            &mut sp,
+            Setup {
+                hierarchies: geoms.to_vec(),
+                ..Default::default()
+            },
+            true,
+        )?
+        .report;
         let rel = |a: u64, b: u64| (a as f64 - b as f64).abs() / b.max(1) as f64;
         let mut max_rel: f64 = 0.0;
         let mut rows = Vec::new();
@@ -280,9 +450,19 @@ impl Experiment for Analyze {
             let (_, i, d, _) = ours.caches[k];
             let (ci, cd) = (cg.get("I1mr"), cg.get("D1mr") + cg.get("D1mw"));
             max_rel = max_rel.max(rel(i.misses(), ci)).max(rel(d.misses(), cd));
-            rows.push(vec![s(h), s(i.misses()), s(ci), pct(rel(i.misses(), ci)), s(d.misses()), s(cd), pct(rel(d.misses(), cd))]);
+            rows.push(vec![
+                s(h),
+                s(i.misses()),
+                s(ci),
+                pct(rel(i.misses(), ci)),
+                s(d.misses()),
+                s(cd),
+                pct(rel(d.misses(), cd)),
+            ]);
         }
-        let region = session::analyze(&mut sp, Setup::default(), false)?.report.instructions;
+        let region = session::analyze(&mut sp, Setup::default(), false)?
+            .report
+            .instructions;
         let cl = capture::callgrind(&small, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
         sec.tables.push(Table {
             title: "Cross-check: phyllo's cachegrind-compatible mode vs cachegrind 3.19 (compute workload, 2 KiB, whole program, same --I1/--D1/--LL)".into(),
@@ -298,7 +478,16 @@ impl Experiment for Analyze {
         ));
 
         // Throughput of the analyzer alone (replayed from memory).
-        let (recs, secs) = session::replay_throughput(&mut lan_p, Setup { hierarchies: vec![HierarchyConfig::seed003()], timings: vec![(0, TimingConfig::default())], instructions: true, ..Default::default() }, if ctx.quick { 64 << 20 } else { 256 << 20 })?;
+        let (recs, secs) = session::replay_throughput(
+            &mut lan_p,
+            Setup {
+                hierarchies: vec![HierarchyConfig::seed003()],
+                timings: vec![(0, TimingConfig::default())],
+                instructions: true,
+                ..Default::default()
+            },
+            if ctx.quick { 64 << 20 } else { 256 << 20 },
+        )?;
         let rps = recs as f64 / secs.max(1e-9);
         sec.text.push(format!(
             "Analyzer throughput: {recs} records of the LAN workload's trace replayed from memory in {secs:.2} s = \
@@ -310,12 +499,19 @@ impl Experiment for Analyze {
         ));
 
         let top_share = lan.pairs.first().map(|p| p.share).unwrap_or(0.0);
-        sec.figures.push(("analyze.cachegrind_max_rel_diff".into(), max_rel));
+        sec.figures
+            .push(("analyze.cachegrind_max_rel_diff".into(), max_rel));
         sec.figures.push(("analyze.records_per_s".into(), rps));
-        sec.figures.push(("analyze.protocol_l1i_miss_ratio_16k".into(), lan.caches[0].1.miss_ratio()));
-        sec.figures.push(("analyze.top_pair_share".into(), top_share));
-        sec.figures.push(("analyze.protocol_mcpi".into(), breakdown(lan, 0, 4).mcpi));
-        sec.figures.push(("analyze.protocol_icpi".into(), breakdown(lan, 0, 4).icpi));
+        sec.figures.push((
+            "analyze.protocol_l1i_miss_ratio_16k".into(),
+            lan.caches[0].1.miss_ratio(),
+        ));
+        sec.figures
+            .push(("analyze.top_pair_share".into(), top_share));
+        sec.figures
+            .push(("analyze.protocol_mcpi".into(), breakdown(lan, 0, 4).mcpi));
+        sec.figures
+            .push(("analyze.protocol_icpi".into(), breakdown(lan, 0, 4).icpi));
         Ok(Outcome::Done(sec))
     }
 }
