@@ -582,3 +582,80 @@ fn mnemonic_name(m: u32) -> String {
         .unwrap_or(iced_x86::Mnemonic::INVALID);
     format!("{m:?}").to_ascii_uppercase()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+
+    fn setup() -> Setup {
+        let l1 = CacheConfig::new(1024, 2, 32).unwrap();
+        Setup {
+            hierarchies: vec![HierarchyConfig {
+                l1i: l1,
+                l1d: l1,
+                l2: None,
+                mode: crate::cache::Mode::Phyllo,
+            }],
+            timings: vec![(0, TimingConfig::default())],
+            instructions: true,
+            ..Default::default()
+        }
+    }
+
+    const TRACE: &str = "I  00001000,4\n L 00008000,8\nI  00002000,1\nI  00002001,4\n S 00008008,8\nI  00002005,4\nI  00003000,1\nI  00001004,4\n";
+
+    #[test]
+    fn counts_only_inside_the_markers() {
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        let r = a.run(TRACE.as_bytes()).unwrap();
+        assert_eq!(r.instructions, 3);
+        assert_eq!(r.data_refs, [0, 1, 0]);
+        assert_eq!(r.records, 8);
+        assert_eq!(r.roi_entries, 1);
+        // 0x2000..0x2009 spans one 32 B line: one cold miss, then hits.
+        assert_eq!(r.caches[0].1.misses(), 1);
+        assert_eq!(r.caches[0].1.accesses(), 3);
+        assert_eq!(r.timings[0].2.instructions, 3);
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, setup()).unwrap();
+        assert_eq!(a.run(TRACE.as_bytes()).unwrap().instructions, 6);
+    }
+
+    #[test]
+    fn region_errors() {
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x9000, 0x3000), 0x9000, setup()).unwrap();
+        assert!(matches!(
+            a.run(TRACE.as_bytes()),
+            Err(AnalyzeError::NoRegion(0x9000))
+        ));
+        // The trace stops inside the region (a crash or a truncated pipe).
+        let cut = &TRACE[..TRACE.find("I  00003000").unwrap()];
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        assert!(matches!(
+            a.run(cut.as_bytes()),
+            Err(AnalyzeError::UnfinishedRegion {
+                entries: 1,
+                exits: 0
+            })
+        ));
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        assert!(matches!(
+            a.run(&TRACE.as_bytes()[..20]),
+            Err(AnalyzeError::Trace(TraceError::Truncated { .. }))
+        ));
+        let mut map = CodeMap::new(&[]);
+        let bad = Setup {
+            timings: vec![(3, TimingConfig::default())],
+            ..setup()
+        };
+        assert!(matches!(
+            Analyzer::new(&mut map, RoiFilter::whole_program(), 0, bad),
+            Err(AnalyzeError::Setup(_))
+        ));
+    }
+}

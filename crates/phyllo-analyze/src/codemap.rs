@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use iced_x86::InstructionInfoFactory;
 
 use crate::image::Image;
-use crate::insn::{self, FuseCat, Insn};
+#[cfg(test)]
+use crate::insn::FuseCat;
+use crate::insn::{self, Insn};
 
 /// A function of some image, in run-time addresses.
 #[derive(Clone, Debug)]
@@ -55,7 +57,7 @@ pub struct FusedPair {
     pub len1: u8,
     /// Length of the second.
     pub len2: u8,
-    /// [`FuseCat`] bits.
+    /// [`crate::insn::FuseCat`] bits.
     pub cats: u8,
 }
 
@@ -269,5 +271,48 @@ pub fn fused_under(cats: u8, mask: u8) -> bool {
     cats & mask != 0
 }
 
-#[doc(hidden)]
-pub const _CAT_CHECK: u8 = 1 << FuseCat::Zen as u8;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compaction_by_hand() {
+        let pairs = [
+            FusedPair {
+                addr: 10,
+                len1: 3,
+                len2: 2,
+                cats: 1 << FuseCat::T1R as u8,
+            },
+            FusedPair {
+                addr: 20,
+                len1: 4,
+                len2: 6,
+                cats: 1 << FuseCat::Intel as u8,
+            },
+        ];
+        let c = Compaction::new(&pairs, 1 << FuseCat::T1R as u8);
+        assert_eq!(
+            (c.map(10), c.map(14), c.map(15), c.map(30)),
+            (10, 14, 13, 28)
+        );
+        assert_eq!(c.saved(), 2);
+        let both = Compaction::new(
+            &pairs,
+            (1 << FuseCat::T1R as u8) | (1 << FuseCat::Intel as u8),
+        );
+        assert_eq!((both.map(20), both.map(30)), (18, 24));
+        assert_eq!(Compaction::new(&pairs, 0).map(30), 30);
+    }
+
+    #[test]
+    fn decodes_own_binary() {
+        let img = crate::image::Image::load(&std::env::current_exe().unwrap()).unwrap();
+        let mut m = CodeMap::new(&[(&img, 0)]);
+        let b = img.symbol(crate::roi::BEGIN_SYMBOL).unwrap();
+        let i = m.lookup(b, 1);
+        assert_ne!(m.insn(i).class, crate::insn::Class::Unknown);
+        assert_eq!(m.funcs()[m.func(i) as usize].name, crate::roi::BEGIN_SYMBOL);
+        assert!(!m.fused_pairs().is_empty());
+    }
+}
