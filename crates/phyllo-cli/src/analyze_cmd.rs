@@ -66,6 +66,10 @@ pub struct AnalyzeArgs {
     /// Count the whole program instead of the marked region.
     #[arg(long)]
     pub whole_program: bool,
+    /// Also measure the analyzer alone: replay the first MiB of the trace from memory with
+    /// the same setup and print records per second (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub throughput_mib: usize,
     /// Dependent pairs and functions to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -251,7 +255,7 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
     if a.fusion {
         setup.fusion = Some(FusionSetup::all(0, timing));
     }
-    let t = session::analyze(&mut p, setup, a.whole_program)?;
+    let t = session::analyze(&mut p, setup.clone(), a.whole_program)?;
     print!("{}", render(&t.report, a.top));
     println!(
         "\n{} records in {:.1} s under lackey ({:.2} M records/s end to end)",
@@ -259,6 +263,13 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
         t.elapsed.as_secs_f64(),
         t.report.records as f64 / t.elapsed.as_secs_f64() / 1e6
     );
+    if a.throughput_mib > 0 {
+        let (n, secs) = session::replay_throughput(&mut p, setup, a.throughput_mib << 20)?;
+        println!(
+            "analyzer alone: {n} records replayed from memory in {secs:.2} s = {:.1} M records/s",
+            n as f64 / secs.max(1e-9) / 1e6
+        );
+    }
     if !a.layout.is_empty() {
         let l1i = hier[0].l1i;
         let period = l1i.sets() * l1i.line as u64;
