@@ -12,6 +12,8 @@
 //! fragments, reassembled or reordered messages) are queued and processed in turn within the
 //! same call, so a call processes everything to completion.
 
+use crate::accel::Pa;
+use crate::field::ByteOrder;
 use crate::layer::{
     Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Role, Verdict,
 };
@@ -34,6 +36,13 @@ pub struct Config {
     /// Largest number of datagrams or deliveries waiting to be polled; beyond it the oldest
     /// datagrams are dropped (counted) — reliability layers recover them.
     pub max_queue: usize,
+    /// Put the Protocol Accelerator in front of the stack (compact headers, cookies, header
+    /// prediction, packet filters, deferred post-processing, packing).
+    pub accelerate: bool,
+    /// Largest packed body, bytes (the accelerator packs the backlog up to this).
+    pub mtu: usize,
+    /// Byte order of the accelerator's headers (the preamble announces it).
+    pub order: ByteOrder,
 }
 
 impl Config {
@@ -45,6 +54,17 @@ impl Config {
             psk: *b"phyllo demo key: replace me!!!!!",
             max_message: 1 << 20,
             max_queue: 4096,
+            accelerate: false,
+            mtu: 1400,
+            order: ByteOrder::NATIVE,
+        }
+    }
+
+    /// Defaults for `role`, with the Protocol Accelerator on.
+    pub fn accelerated(role: Role) -> Config {
+        Config {
+            accelerate: true,
+            ..Config::new(role)
         }
     }
 
@@ -64,6 +84,9 @@ pub enum BuildError {
     /// The layers' fields do not fit a layout.
     #[error(transparent)]
     Layout(#[from] LayoutError),
+    /// A layer's packet-filter instructions do not verify.
+    #[error("packet filter: {0}")]
+    Filter(#[from] crate::accel::filter::VerifyError),
 }
 
 /// The application's message was not accepted.
@@ -122,16 +145,22 @@ impl Stats {
 
 /// A connection over the stack `S`.
 pub struct Connection<S: LayerSet = DynStack> {
-    layers: S,
-    layout: Layout,
-    pool: Pool,
-    out: VecDeque<Msg>,
-    delivered: VecDeque<Msg>,
-    queue: VecDeque<(Origin, Msg)>,
-    kept: Vec<(usize, Msg)>,
-    timers: Vec<Option<Time>>,
-    stats: Stats,
-    cfg: Config,
+    pub(crate) layers: S,
+    pub(crate) layout: Layout,
+    pub(crate) pool: Pool,
+    pub(crate) out: VecDeque<Msg>,
+    pub(crate) delivered: VecDeque<Msg>,
+    pub(crate) queue: VecDeque<(Origin, Msg)>,
+    pub(crate) kept: Vec<(usize, Msg)>,
+    pub(crate) timers: Vec<Option<Time>>,
+    pub(crate) stats: Stats,
+    pub(crate) cfg: Config,
+    /// Seed 004's disable counters: send, deliver (raised by layers, zero = enabled).
+    pub(crate) disable: [u32; 2],
+    pub(crate) pa: Option<Box<Pa>>,
+    pub(crate) unpack_scratch: Vec<(usize, usize)>,
+    /// Header area that layer-originated messages start from (the accelerator's fields set).
+    pub(crate) template: HeaderCopy,
 }
 
 /// A connection over a dynamic stack.
@@ -158,14 +187,32 @@ impl<S: LayerSet> Connection<S> {
             reg.set_layer(i);
             layers.init_at(i, &mut reg, &icx);
         }
-        let layout = Layout::per_layer_aligned(reg.specs(), n, 4)?;
+        let (layout, pa) = if cfg.accelerate {
+            let f = crate::accel::declare(&mut reg);
+            let mut layout = Layout::compact(reg.specs(), n)?;
+            if cfg.order != layout.order() {
+                layout = Layout::from_locs(
+                    reg.specs(),
+                    n,
+                    layout.locs().to_vec(),
+                    layout.header_len(),
+                    cfg.order,
+                )?
+                .with_class_spans_of(&layout);
+            }
+            let pa =
+                crate::accel::build(&layers, &layout, f, cfg.mtu, cfg.role == Role::Initiator)?;
+            (layout, Some(Box::new(pa)))
+        } else {
+            (Layout::per_layer_aligned(reg.specs(), n, 4)?, None)
+        };
         let stats = Stats {
             layers: (0..n)
                 .map(|i| (layers.name_at(i), LayerCounters::default()))
                 .collect(),
             ..Stats::default()
         };
-        Ok(Connection {
+        let mut c = Connection {
             layers,
             layout,
             pool: Pool::default(),
@@ -176,7 +223,16 @@ impl<S: LayerSet> Connection<S> {
             timers: vec![None; n],
             stats,
             cfg,
-        })
+            disable: [0; 2],
+            pa,
+            unpack_scratch: Vec::new(),
+            template: HeaderCopy {
+                bytes: [0; crate::layout::MAX_HEADER],
+                len: 0,
+            },
+        };
+        c.update_predictions();
+        Ok(c)
     }
 
     /// The layout in force.
@@ -196,12 +252,18 @@ impl<S: LayerSet> Connection<S> {
 
     /// Whether [`send`](Self::send) would accept a message now.
     pub fn can_send(&self) -> bool {
-        self.layers.can_accept()
+        self.layers.can_accept() && self.pa_can_accept()
     }
 
     /// Nothing to transmit, no timer pending, no layer busy.
     pub fn is_idle(&self) -> bool {
-        self.out.is_empty() && !self.layers.busy()
+        self.out.is_empty() && !self.layers.busy() && !self.pa_busy()
+    }
+
+    /// Whether [`post_process`](Self::post_process) has work: deferred post-processing or a
+    /// backlog waiting to be sent packed (accelerated connections only).
+    pub fn needs_post_process(&self) -> bool {
+        self.pa_actionable()
     }
 
     /// Send an application message.
@@ -212,12 +274,16 @@ impl<S: LayerSet> Connection<S> {
                 max: self.cfg.max_message,
             });
         }
-        if !self.layers.can_accept() {
+        if !self.can_send() {
             return Err(SendError::WouldBlock);
+        }
+        self.stats.sent_msgs += 1;
+        if self.pa.is_some() {
+            self.pa_send(now, data);
+            return Ok(());
         }
         let mut m = self.pool.alloc_copy(data);
         m.push_front(self.layout.header_len());
-        self.stats.sent_msgs += 1;
         self.run_send(now, 0, m);
         self.drain(now);
         Ok(())
@@ -232,6 +298,10 @@ impl<S: LayerSet> Connection<S> {
     /// Handle a datagram already in a [`Msg`] (e.g. from [`alloc`](Self::alloc)).
     pub fn handle_msg(&mut self, now: Time, m: Msg) {
         self.stats.datagrams_in += 1;
+        if self.pa.is_some() {
+            self.pa_receive(now, m);
+            return;
+        }
         if m.len() < self.layout.header_len() {
             self.stats.truncated += 1;
             self.pool.free(m);
@@ -244,6 +314,7 @@ impl<S: LayerSet> Connection<S> {
 
     /// Run the timers that are due.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.post_process(now);
         for i in 0..self.timers.len() {
             if self.timers[i].is_some_and(|t| t <= now) {
                 self.timers[i] = None;
@@ -255,11 +326,14 @@ impl<S: LayerSet> Connection<S> {
                     queue: &mut self.queue,
                     timer: &mut self.timers[i],
                     counters: &mut self.stats.layers[i].1,
+                    disable: &mut self.disable,
+                    template: &self.template.bytes,
                 };
                 self.layers.on_timer_at(i, &mut cx);
             }
         }
         self.drain(now);
+        self.update_predictions();
     }
 
     /// The next datagram to put on the link. Give it back with [`recycle`](Self::recycle).
@@ -300,7 +374,7 @@ impl<S: LayerSet> Connection<S> {
         &self.pool
     }
 
-    fn drain(&mut self, now: Time) {
+    pub(crate) fn drain(&mut self, now: Time) {
         // Each originated message is processed to completion; a misbehaving layer that
         // originates without end is cut off rather than hanging the caller.
         let mut budget = 1_000_000u32;
@@ -324,7 +398,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Pre-send from layer `from` down; on reaching the bottom, post-send and transmit.
-    fn run_send(&mut self, now: Time, from: usize, mut m: Msg) {
+    pub(crate) fn run_send(&mut self, now: Time, from: usize, mut m: Msg) {
         let n = self.layers.count();
         let order = self.layout.order();
         let mut stop = None;
@@ -374,7 +448,7 @@ impl<S: LayerSet> Connection<S> {
         Some(self.kept.swap_remove(pos).1)
     }
 
-    fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+    pub(crate) fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
         let view = hdr.view(&self.layout, self.layout.order());
         let mut cx = Cx {
             now,
@@ -384,11 +458,13 @@ impl<S: LayerSet> Connection<S> {
             queue: &mut self.queue,
             timer: &mut self.timers[i],
             counters: &mut self.stats.layers[i].1,
+            disable: &mut self.disable,
+            template: &self.template.bytes,
         };
         self.layers.post_send_at(i, &view, h, &mut cx);
     }
 
-    fn post_deliver(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+    pub(crate) fn post_deliver(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
         let view = hdr.view(&self.layout, self.layout.order());
         let mut cx = Cx {
             now,
@@ -398,11 +474,14 @@ impl<S: LayerSet> Connection<S> {
             queue: &mut self.queue,
             timer: &mut self.timers[i],
             counters: &mut self.stats.layers[i].1,
+            disable: &mut self.disable,
+            template: &self.template.bytes,
         };
         self.layers.post_deliver_at(i, &view, h, &mut cx);
     }
 
-    fn transmit(&mut self, m: Msg) {
+    pub(crate) fn transmit(&mut self, mut m: Msg) {
+        self.pa_wrap(&mut m);
         self.stats.datagrams_out += 1;
         self.stats.bytes_out += m.len() as u64;
         if self.out.len() >= self.cfg.max_queue {
@@ -416,7 +495,7 @@ impl<S: LayerSet> Connection<S> {
 
     /// Pre-deliver from layer `below - 1` up; on reaching the top, post-deliver and hand the
     /// body to the application.
-    fn run_deliver(&mut self, now: Time, below: usize, mut m: Msg) {
+    pub(crate) fn run_deliver(&mut self, now: Time, below: usize, mut m: Msg) {
         let order = self.layout.order();
         let hl = self.layout.header_len();
         if m.len() < hl {
@@ -457,9 +536,12 @@ impl<S: LayerSet> Connection<S> {
         let first_passed = stop.map_or(0, |(i, _)| i + 1);
         match stop {
             None => {
+                let packed = self.pa_packed(&hdr.bytes[..hdr.len]);
                 m.pop_front(hl);
-                self.stats.delivered += 1;
-                self.delivered.push_back(m);
+                let n = self.deliver_to_app(m, packed);
+                if let Some(pa) = self.pa.as_mut() {
+                    pa.stats.slow_deliver_msgs += n;
+                }
             }
             Some((i, Verdict::Absorb)) => {
                 self.post_deliver(now, i, &hdr, Handoff::Absorbed(m));

@@ -207,6 +207,16 @@ pub fn write_bits(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) {
     }
 }
 
+/// Copy the `fields` of `header` (read in `order`) into `out` as a big-endian image, leaving
+/// every other bit of `out` zero. Two hosts of different byte order that hold the same field
+/// values produce the same image: what checksums and authentication cover.
+pub fn canonical_image(header: &[u8], order: ByteOrder, fields: &[FieldLoc], out: &mut [u8]) {
+    out.fill(0);
+    for &l in fields {
+        write_bits(out, l, ByteOrder::Big, read_bits(header, l, order));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,15 @@ impl Pair<DynStack> {
         ))
     }
 
+    /// Both ends from `spec` with the Protocol Accelerator on, over `link`.
+    pub fn accelerated(spec: &str, link: MemLink) -> Result<Pair, BuildError> {
+        Ok(Pair::new(
+            Connection::new(build_dyn(spec)?, Config::accelerated(Role::Initiator))?,
+            Connection::new(build_dyn(spec)?, Config::accelerated(Role::Responder))?,
+            link,
+        ))
+    }
+
     /// Both ends from `spec` over a link with `faults` drawn from `seed`.
     pub fn with_faults(spec: &str, faults: Faults, seed: u64) -> Result<Pair, BuildError> {
         Pair::from_spec_with(spec, MemLink::new(faults, seed))
@@ -87,6 +96,16 @@ impl<S: LayerSet> Pair<S> {
         }
         while self.link.recv_into(Side::A, self.now, &mut self.buf) {
             self.a.handle_datagram(self.now, &self.buf);
+            worked = true;
+        }
+        // The application is idle between rounds: the accelerator's deferred
+        // post-processing (and packed backlog) runs now.
+        if self.a.needs_post_process() {
+            self.a.post_process(self.now);
+            worked = true;
+        }
+        if self.b.needs_post_process() {
+            self.b.post_process(self.now);
             worked = true;
         }
         if self.a.poll_timeout().is_some_and(|t| t <= self.now) {

@@ -14,6 +14,7 @@
 //! ([`Layer::init`] with a [`FieldRegistry`]) and read and write them through
 //! [`FieldHandle`]s on a [`Packet`] or a [`Hdr`].
 
+use crate::accel::filter::Segment;
 use crate::field::{read_bits, write_bits, ByteOrder, FieldHandle};
 use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
@@ -226,6 +227,21 @@ impl<'a> Hdr<'a> {
     }
 }
 
+/// A predicted header being written by the layers (seed 004 §3.2): each layer writes the
+/// protocol-specific (and, for sending, gossip) fields it expects on the next message.
+pub struct Predict<'a> {
+    pub(crate) bytes: &'a mut [u8],
+    pub(crate) layout: &'a Layout,
+}
+
+impl<'a> Predict<'a> {
+    /// Write a predicted field.
+    #[inline]
+    pub fn set(&mut self, h: FieldHandle, v: u64) {
+        write_bits(self.bytes, self.layout.loc(h), self.layout.order(), v)
+    }
+}
+
 /// A copy of a header area on the stack, so post-phases can read it after the message moved.
 #[derive(Clone, Copy)]
 pub(crate) struct HeaderCopy {
@@ -291,6 +307,8 @@ pub struct Cx<'a> {
     pub(crate) queue: &'a mut std::collections::VecDeque<(Origin, Msg)>,
     pub(crate) timer: &'a mut Option<Time>,
     pub(crate) counters: &'a mut LayerCounters,
+    pub(crate) disable: &'a mut [u32; 2],
+    pub(crate) template: &'a [u8],
 }
 
 impl<'a> Cx<'a> {
@@ -315,7 +333,9 @@ impl<'a> Cx<'a> {
     /// A message with a zeroed header area and an empty body (for acks and the like).
     pub fn new_packet(&mut self) -> Msg {
         let mut m = self.pool.alloc();
-        m.push_front(self.layout.header_len());
+        let h = m.push_front(self.layout.header_len());
+        // The accelerator's own fields (connection identification, gossip) come pre-set.
+        h.copy_from_slice(&self.template[..h.len()]);
         m
     }
 
@@ -379,6 +399,28 @@ impl<'a> Cx<'a> {
         *self.timer
     }
 
+    /// Disable the predicted send header (seed 004 §3.2), e.g. while the send window is full:
+    /// the accelerator then queues messages in its backlog instead of taking the fast path.
+    /// Every raise must be matched by a [`lower_send_disable`](Self::lower_send_disable).
+    pub fn raise_send_disable(&mut self) {
+        self.disable[0] += 1;
+    }
+
+    /// Undo one [`raise_send_disable`](Self::raise_send_disable).
+    pub fn lower_send_disable(&mut self) {
+        self.disable[0] = self.disable[0].saturating_sub(1);
+    }
+
+    /// Disable the predicted delivery header: every delivery takes the layered path.
+    pub fn raise_deliver_disable(&mut self) {
+        self.disable[1] += 1;
+    }
+
+    /// Undo one [`raise_deliver_disable`](Self::raise_deliver_disable).
+    pub fn lower_deliver_disable(&mut self) {
+        self.disable[1] = self.disable[1].saturating_sub(1);
+    }
+
     /// Count a drop decided in a post-phase.
     pub fn count_drop(&mut self, r: DropReason) {
         self.counters.count(r)
@@ -423,6 +465,40 @@ pub trait Layer: Send {
     fn busy(&self) -> bool {
         false
     }
+
+    /// Append this layer's instructions to the accelerator's send filter (seed 004 §3.3):
+    /// fill message-specific fields, or reject (non-zero) what the fast path cannot send.
+    fn send_filter(&self, seg: &mut Segment) {
+        let _ = seg;
+    }
+
+    /// Append this layer's instructions to the delivery filter: check message-specific
+    /// fields; reject (non-zero) what must take the layered path.
+    fn deliver_filter(&self, seg: &mut Segment) {
+        let _ = seg;
+    }
+
+    /// Write the fields this layer expects on the next message it sends (seed 004 §3.2).
+    fn predict_send(&self, p: &mut Predict<'_>) {
+        let _ = p;
+    }
+
+    /// Write the protocol-specific fields this layer expects on the next delivery.
+    fn predict_deliver(&self, p: &mut Predict<'_>) {
+        let _ = p;
+    }
+
+    /// Whether the pre-phases transform the body (encryption): the accelerator's fast path
+    /// then still runs them, since no filter can.
+    fn transforms_body(&self) -> bool {
+        false
+    }
+
+    /// Whether post-send wants a copy of the message as it left this layer (retransmission):
+    /// the fast path, which skips pre-send, takes it for the layer.
+    fn wants_copy(&self) -> bool {
+        false
+    }
 }
 
 impl<L: Layer + ?Sized> Layer for Box<L> {
@@ -456,5 +532,23 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn busy(&self) -> bool {
         (**self).busy()
+    }
+    fn send_filter(&self, seg: &mut Segment) {
+        (**self).send_filter(seg)
+    }
+    fn deliver_filter(&self, seg: &mut Segment) {
+        (**self).deliver_filter(seg)
+    }
+    fn predict_send(&self, p: &mut Predict<'_>) {
+        (**self).predict_send(p)
+    }
+    fn predict_deliver(&self, p: &mut Predict<'_>) {
+        (**self).predict_deliver(p)
+    }
+    fn transforms_body(&self) -> bool {
+        (**self).transforms_body()
+    }
+    fn wants_copy(&self) -> bool {
+        (**self).wants_copy()
     }
 }

@@ -98,6 +98,8 @@ pub struct Layout {
     layer_spans: Vec<(usize, usize)>,
     /// Per layer `i`: the fields of the layers above `i` (and of the accelerator).
     upper_fields: Vec<Vec<FieldLoc>>,
+    /// The bits that belong to some field (the rest is padding and must be zero).
+    field_mask: Vec<u8>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
     class_spans: [(u32, u32); 4],
 }
@@ -166,12 +168,14 @@ impl Layout {
             return Err(LayoutError::TooLarge(header_len));
         }
         let upper_fields = upper_fields(specs, &locs, layers);
+        let field_mask = field_mask(&locs, header_len, ByteOrder::Big);
         Ok(Layout {
             locs,
             header_len,
             order: ByteOrder::Big,
             layer_spans,
             upper_fields,
+            field_mask,
             class_spans: [(0, 0); 4],
         })
     }
@@ -227,14 +231,31 @@ impl Layout {
             return Err(LayoutError::TooLarge(header_len));
         }
         let upper_fields = upper_fields(specs, &locs, layers);
+        let field_mask = field_mask(&locs, header_len, ByteOrder::NATIVE);
         Ok(Layout {
             locs,
             header_len,
             order: ByteOrder::NATIVE,
             layer_spans: Vec::new(),
             upper_fields,
+            field_mask,
             class_spans,
         })
+    }
+
+    /// Whether every header bit outside the fields (padding) is zero, as senders leave it.
+    pub fn padding_is_zero(&self, header: &[u8]) -> bool {
+        header
+            .iter()
+            .zip(&self.field_mask)
+            .all(|(h, m)| h & !m == 0)
+    }
+
+    /// The same layout with the class spans of `other` (after re-deriving it in another byte
+    /// order with [`Layout::from_locs`]).
+    pub fn with_class_spans_of(mut self, other: &Layout) -> Layout {
+        self.class_spans = other.class_spans;
+        self
     }
 
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
@@ -271,7 +292,7 @@ impl Layout {
                         bit_offset: bit,
                         bits: n,
                     },
-                    ByteOrder::Big,
+                    self.order,
                     u64::MAX,
                 );
                 bit += n as u32;
@@ -292,12 +313,14 @@ impl Layout {
             return Err(LayoutError::TooLarge(header_len));
         }
         let upper_fields = upper_fields(specs, &locs, layers);
+        let field_mask = field_mask(&locs, header_len, order);
         Ok(Layout {
             locs,
             header_len,
             order,
             layer_spans: Vec::new(),
             upper_fields,
+            field_mask,
             class_spans: [(0, 0); 4],
         })
     }
@@ -329,6 +352,16 @@ impl Layout {
     pub fn layer_spans(&self) -> &[(usize, usize)] {
         &self.layer_spans
     }
+}
+
+fn field_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8> {
+    let mut m = vec![0u8; header_len];
+    for &l in locs {
+        if l.fits(header_len) {
+            write_bits(&mut m, l, order, u64::MAX);
+        }
+    }
+    m
 }
 
 fn upper_fields(specs: &[FieldSpec], locs: &[FieldLoc], layers: usize) -> Vec<Vec<FieldLoc>> {
@@ -390,8 +423,10 @@ fn pack_class(specs: &[FieldSpec], idx: &[usize]) -> Result<Vec<(usize, FieldLoc
                 .map(|(_, l)| (l.bit_offset, l.end_bit()))
                 .collect();
             let mut off = first_fit(&taken, bits);
-            if aligned && bits % 8 == 0 {
-                while off % 8 != 0 || taken.iter().any(|t| overlaps(*t, (off, off + bits))) {
+            if aligned && bits.is_multiple_of(8) {
+                while !off.is_multiple_of(8)
+                    || taken.iter().any(|t| overlaps(*t, (off, off + bits)))
+                {
                     off += 1;
                 }
             }
@@ -509,7 +544,10 @@ mod tests {
             }
         }
         let m = compact.class_mask(&[FieldClass::ProtoSpecific]);
-        assert_eq!(&m[..3], &[0xff, 0xff, 0xe0]);
+        match compact.order() {
+            ByteOrder::Little => assert_eq!(&m[..3], &[0xff, 0xff, 0x07]),
+            ByteOrder::Big => assert_eq!(&m[..3], &[0xff, 0xff, 0xe0]),
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! Both implement [`LayerSet`], over which the connection's processing loop is written once;
 //! `tests/differential.rs` checks they put byte-identical datagrams on the wire.
 
-use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
+use crate::accel::filter::Segment;
+use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layers::{Checksum, Frag, Seal, Window};
 use crate::layout::FieldRegistry;
 use thiserror::Error;
@@ -37,6 +38,18 @@ pub trait LayerSet {
     fn post_deliver_at(&mut self, i: usize, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>);
     /// [`Layer::on_timer`] of layer `i`.
     fn on_timer_at(&mut self, i: usize, cx: &mut Cx<'_>);
+    /// [`Layer::send_filter`] of layer `i`.
+    fn send_filter_at(&self, i: usize, seg: &mut Segment);
+    /// [`Layer::deliver_filter`] of layer `i`.
+    fn deliver_filter_at(&self, i: usize, seg: &mut Segment);
+    /// [`Layer::predict_send`] of layer `i`.
+    fn predict_send_at(&self, i: usize, p: &mut Predict<'_>);
+    /// [`Layer::predict_deliver`] of layer `i`.
+    fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>);
+    /// [`Layer::transforms_body`] of layer `i`.
+    fn transforms_body_at(&self, i: usize) -> bool;
+    /// [`Layer::wants_copy`] of layer `i`.
+    fn wants_copy_at(&self, i: usize) -> bool;
 }
 
 /// The dynamic stack.
@@ -77,6 +90,26 @@ impl LayerSet for DynStack {
     fn on_timer_at(&mut self, i: usize, cx: &mut Cx<'_>) {
         self[i].on_timer(cx)
     }
+    fn send_filter_at(&self, i: usize, seg: &mut Segment) {
+        self[i].send_filter(seg)
+    }
+    fn deliver_filter_at(&self, i: usize, seg: &mut Segment) {
+        self[i].deliver_filter(seg)
+    }
+    #[inline]
+    fn predict_send_at(&self, i: usize, p: &mut Predict<'_>) {
+        self[i].predict_send(p)
+    }
+    #[inline]
+    fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>) {
+        self[i].predict_deliver(p)
+    }
+    fn transforms_body_at(&self, i: usize) -> bool {
+        self[i].transforms_body()
+    }
+    fn wants_copy_at(&self, i: usize) -> bool {
+        self[i].wants_copy()
+    }
 }
 
 /// The end of a static stack.
@@ -103,6 +136,16 @@ impl LayerSet for () {
     }
     fn post_deliver_at(&mut self, _: usize, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
     fn on_timer_at(&mut self, _: usize, _: &mut Cx<'_>) {}
+    fn send_filter_at(&self, _: usize, _: &mut Segment) {}
+    fn deliver_filter_at(&self, _: usize, _: &mut Segment) {}
+    fn predict_send_at(&self, _: usize, _: &mut Predict<'_>) {}
+    fn predict_deliver_at(&self, _: usize, _: &mut Predict<'_>) {}
+    fn transforms_body_at(&self, _: usize) -> bool {
+        false
+    }
+    fn wants_copy_at(&self, _: usize) -> bool {
+        false
+    }
 }
 
 /// A static stack: layer `L` on top of the rest `R`.
@@ -169,6 +212,50 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.on_timer(cx)
         } else {
             self.1.on_timer_at(i - 1, cx)
+        }
+    }
+    fn send_filter_at(&self, i: usize, seg: &mut Segment) {
+        if i == 0 {
+            self.0.send_filter(seg)
+        } else {
+            self.1.send_filter_at(i - 1, seg)
+        }
+    }
+    fn deliver_filter_at(&self, i: usize, seg: &mut Segment) {
+        if i == 0 {
+            self.0.deliver_filter(seg)
+        } else {
+            self.1.deliver_filter_at(i - 1, seg)
+        }
+    }
+    #[inline(always)]
+    fn predict_send_at(&self, i: usize, p: &mut Predict<'_>) {
+        if i == 0 {
+            self.0.predict_send(p)
+        } else {
+            self.1.predict_send_at(i - 1, p)
+        }
+    }
+    #[inline(always)]
+    fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>) {
+        if i == 0 {
+            self.0.predict_deliver(p)
+        } else {
+            self.1.predict_deliver_at(i - 1, p)
+        }
+    }
+    fn transforms_body_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.transforms_body()
+        } else {
+            self.1.transforms_body_at(i - 1)
+        }
+    }
+    fn wants_copy_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.wants_copy()
+        } else {
+            self.1.wants_copy_at(i - 1)
         }
     }
 }

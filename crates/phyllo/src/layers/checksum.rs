@@ -7,7 +7,8 @@
 //! covered fields are summed in a canonical big-endian image, so the value does not depend on
 //! the sender's byte order.
 
-use crate::field::{read_bits, write_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc};
+use crate::accel::filter::{DigestId, Op, Segment};
+use crate::field::{canonical_image, ByteOrder, FieldClass, FieldHandle, FieldLoc};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::{FieldRegistry, MAX_HEADER};
@@ -85,9 +86,7 @@ impl Checksum {
 pub fn covered_checksum(header: &[u8], order: ByteOrder, fields: &[FieldLoc], body: &[u8]) -> u16 {
     let mut img = [0u8; MAX_HEADER];
     let img = &mut img[..header.len().min(MAX_HEADER)];
-    for &l in fields {
-        write_bits(img, l, ByteOrder::Big, read_bits(header, l, order));
-    }
+    canonical_image(header, order, fields, img);
     internet_checksum(&[img, body])
 }
 
@@ -122,6 +121,23 @@ impl Layer for Checksum {
     }
 
     fn post_deliver(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
+
+    fn send_filter(&self, seg: &mut Segment) {
+        if let Some(h) = self.field {
+            seg.extend([Op::Digest(DigestId::INET_CHECKSUM_COVERED), Op::PopField(h)]);
+        }
+    }
+
+    fn deliver_filter(&self, seg: &mut Segment) {
+        if let Some(h) = self.field {
+            seg.extend([
+                Op::Digest(DigestId::INET_CHECKSUM_COVERED),
+                Op::PushField(h),
+                Op::Ne,
+                Op::Abort(crate::accel::MISS_FILTER),
+            ]);
+        }
+    }
 }
 
 #[cfg(test)]

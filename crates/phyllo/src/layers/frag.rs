@@ -11,8 +11,9 @@
 //! counted) and none longer than the connection's maximum message size. Overlapping, misplaced
 //! or inconsistent fragments are counted and dropped.
 
+use crate::accel::filter::{Op, Segment};
 use crate::field::{FieldClass, FieldHandle};
-use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
+use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 
@@ -209,5 +210,34 @@ impl Layer for Frag {
 
     fn busy(&self) -> bool {
         false
+    }
+
+    /// Seed 004 §6: oversize messages fail the send filter and take the layered path.
+    fn send_filter(&self, seg: &mut Segment) {
+        seg.extend([
+            Op::PushSize,
+            Op::PushConst(self.size as u64),
+            Op::Gt,
+            Op::Abort(crate::accel::MISS_FRAGMENT),
+        ]);
+    }
+
+    /// A fragment (frag bit set) takes the layered path to reassembly.
+    fn deliver_filter(&self, seg: &mut Segment) {
+        if let Some(h) = self.field {
+            seg.extend([Op::PushField(h), Op::Abort(crate::accel::MISS_FRAGMENT)]);
+        }
+    }
+
+    fn predict_send(&self, p: &mut Predict<'_>) {
+        if let Some(h) = self.field {
+            p.set(h, 0);
+        }
+    }
+
+    fn predict_deliver(&self, p: &mut Predict<'_>) {
+        if let Some(h) = self.field {
+            p.set(h, 0);
+        }
     }
 }

@@ -5,13 +5,15 @@
 //! its low 32 bits travel as a protocol-specific field (predictable: it depends only on state)
 //! and the receiver reconstructs the full counter next to the highest it has accepted. The
 //! header area is the associated data; the body is encrypted in place and the 16-byte tag is a
-//! trailer. A 64-entry sliding replay window rejects repeats and packets too old to judge.
+//! trailer (the header as a canonical big-endian image of its fields, so it survives the
+//! receiver's byte-order conversion). A 64-entry sliding replay window rejects repeats and packets too old to judge.
 //! Pre-phases encrypt or verify and decrypt (transforming the message, not the state); the
 //! counter and the replay window advance in the post-phases.
 
-use crate::field::{FieldClass, FieldHandle};
-use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
+use crate::field::{canonical_image, FieldClass, FieldHandle};
+use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Role, Verdict};
 use crate::layout::FieldRegistry;
+use crate::layout::MAX_HEADER;
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use hkdf::Hkdf;
@@ -56,6 +58,16 @@ pub fn derive_keys(psk: &[u8; 32]) -> ([u8; 32], [u8; 32]) {
     let _ = hk.expand(b"initiator to responder", &mut i2r);
     let _ = hk.expand(b"responder to initiator", &mut r2i);
     (i2r, r2i)
+}
+
+/// The associated data: every header field, as a canonical big-endian image, so a receiver
+/// that converted the header from the sender's byte order authenticates the same bytes.
+fn associated_data(pkt: &Packet<'_>) -> ([u8; MAX_HEADER], usize) {
+    let mut ad = [0u8; MAX_HEADER];
+    let h = pkt.header();
+    let n = h.len().min(MAX_HEADER);
+    canonical_image(h, pkt.order(), pkt.layout().locs(), &mut ad[..n]);
+    (ad, n)
 }
 
 fn nonce_bytes(counter: u64) -> [u8; 12] {
@@ -136,8 +148,9 @@ impl Layer for Seal {
         };
         pkt.set(h, self.tx_counter);
         let nonce = nonce_bytes(self.tx_counter);
-        let (hdr, body) = pkt.split_mut();
-        match tx.encrypt_in_place_detached(Nonce::from_slice(&nonce), hdr, body) {
+        let (ad, n) = associated_data(&*pkt);
+        let (_, body) = pkt.split_mut();
+        match tx.encrypt_in_place_detached(Nonce::from_slice(&nonce), &ad[..n], body) {
             Ok(tag) => {
                 pkt.msg_mut().extend_from_slice(&tag);
                 Verdict::Continue
@@ -158,22 +171,44 @@ impl Layer for Seal {
         if pkt.body().len() < TAG_LEN {
             return Verdict::Drop(DropReason::Truncated);
         }
+        // Authentication covers the fields (byte-order independent); padding must be zero, so
+        // no bit of the header can be flipped unnoticed.
+        if !pkt.layout().padding_is_zero(pkt.header()) {
+            return Verdict::Drop(DropReason::Malformed);
+        }
         let c = self.reconstruct(pkt.get(h));
         if self.replayed(c) {
             return Verdict::Drop(DropReason::Replay);
         }
         let nonce = nonce_bytes(c);
-        let (hdr, body) = pkt.split_mut();
+        let (ad, n) = associated_data(&*pkt);
+        let (_, body) = pkt.split_mut();
         let (ct, tag) = body.split_at_mut(body.len() - TAG_LEN);
         let tag = Tag::clone_from_slice(tag);
         if rx
-            .decrypt_in_place_detached(Nonce::from_slice(&nonce), hdr, ct, &tag)
+            .decrypt_in_place_detached(Nonce::from_slice(&nonce), &ad[..n], ct, &tag)
             .is_err()
         {
             return Verdict::Drop(DropReason::Auth);
         }
         pkt.msg_mut().pop_back(TAG_LEN);
         Verdict::Continue
+    }
+
+    fn transforms_body(&self) -> bool {
+        true
+    }
+
+    fn predict_send(&self, p: &mut Predict<'_>) {
+        if let Some(h) = self.nonce {
+            p.set(h, self.tx_counter);
+        }
+    }
+
+    fn predict_deliver(&self, p: &mut Predict<'_>) {
+        if let Some(h) = self.nonce {
+            p.set(h, self.rx_highest.map_or(0, |x| x + 1));
+        }
     }
 
     fn post_deliver(&mut self, hdr: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {

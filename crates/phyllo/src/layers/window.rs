@@ -21,7 +21,7 @@
 //! messages in flight the receiver places every wire value unambiguously.
 
 use crate::field::{FieldClass, FieldHandle};
-use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
+use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 use crate::time::Time;
@@ -87,6 +87,8 @@ pub struct Window {
     rttvar: Duration,
     rto: Duration,
     rto_at: Option<Time>,
+    /// Whether this layer holds the accelerator's send header disabled (window full).
+    send_disabled: bool,
     // Receiver.
     rcv_next: u64,
     ooo: Vec<Option<Msg>>,
@@ -115,6 +117,7 @@ impl Window {
             rttvar: Duration::ZERO,
             backlog: VecDeque::new(),
             rto_at: None,
+            send_disabled: false,
             rcv_next: 0,
             ooo: (0..size).map(|_| None).collect(),
             unacked_rx: 0,
@@ -151,7 +154,22 @@ impl Window {
         ((wire.wrapping_sub(base) & SEQ_MASK) as u16) as i16 as i64
     }
 
+    /// Keep the accelerator's send-disable counter in step with a full window (seed 004
+    /// §3.2: "when the send window of a sliding window protocol is full").
+    fn sync_disable(&mut self, cx: &mut Cx<'_>) {
+        let full = self.full();
+        if full != self.send_disabled {
+            if full {
+                cx.raise_send_disable();
+            } else {
+                cx.lower_send_disable();
+            }
+            self.send_disabled = full;
+        }
+    }
+
     fn rearm(&mut self, cx: &mut Cx<'_>) {
+        self.sync_disable(cx);
         match (self.rto_at, self.ack_at) {
             (Some(a), Some(b)) => cx.set_timer(a.min(b)),
             (Some(a), None) | (None, Some(a)) => cx.set_timer(a),
@@ -357,6 +375,25 @@ impl Layer for Window {
             Handoff::Absorbed(m) => cx.free(m), // an ack: consumed above
         }
         self.rearm(cx);
+    }
+
+    fn wants_copy(&self) -> bool {
+        true
+    }
+
+    fn predict_send(&self, p: &mut Predict<'_>) {
+        if let Some(f) = self.f {
+            p.set(f.kind, KIND_DATA);
+            p.set(f.seq, self.snd_next);
+            p.set(f.ack, self.rcv_next);
+        }
+    }
+
+    fn predict_deliver(&self, p: &mut Predict<'_>) {
+        if let Some(f) = self.f {
+            p.set(f.kind, KIND_DATA);
+            p.set(f.seq, self.rcv_next);
+        }
     }
 
     fn on_timer(&mut self, cx: &mut Cx<'_>) {

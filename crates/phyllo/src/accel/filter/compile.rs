@@ -143,7 +143,7 @@ impl Win {
 impl Acc {
     /// The accessor for a field at `loc` of a header of (at least) `header_len` bytes.
     fn new(loc: FieldLoc, order: ByteOrder, header_len: usize) -> Acc {
-        if loc.bit_offset % 8 != 0 {
+        if !loc.bit_offset.is_multiple_of(8) {
             return Acc::window(loc, order, header_len).unwrap_or(Acc::Bits(loc, order));
         }
         let off = (loc.bit_offset / 8) as usize;
@@ -409,10 +409,12 @@ impl VerifiedFilter {
 
     /// Compile the filter with `options`.
     pub fn compile_with(&self, options: CompileOptions) -> CompiledFilter {
+        let (big, slots) = lower(self, ByteOrder::Big, options);
+        let (little, _) = lower(self, ByteOrder::Little, options);
         CompiledFilter {
-            big: lower(self, ByteOrder::Big, options).0,
-            little: lower(self, ByteOrder::Little, options).0,
-            slots: lower(self, ByteOrder::Big, options).1,
+            big,
+            little,
+            slots,
             header_len: self.header_len,
             writes: self.writes,
             direction: self.direction,
@@ -713,7 +715,9 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> (Vec<
             },
         });
         let (pops, pushes) = op.stack_effect();
-        // Slots this op touches: those it pops (below `depth`) and pushes.
+        // Slots this op touches: those it pops (below `depth`) and pushes. Fused ops touch
+        // no slot except `BinSrc`, whose slot `depth - 1` holds a value pushed by an unfused
+        // op, so it is counted already.
         slots = slots.max(depth).max(depth.saturating_sub(pops) + pushes);
         depth = depth.saturating_sub(pops) + pushes;
         i += 1;

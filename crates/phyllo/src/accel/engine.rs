@@ -1,0 +1,814 @@
+//! The Protocol Accelerator in front of a connection's stack: seed 004 §3-4, Figure 3.
+//!
+//! - **send**: if the send header is disabled, post-processing is pending, or messages wait,
+//!   the message joins the backlog (and will leave packed). Otherwise the predicted header is
+//!   copied in, the send filter fills the message-specific fields, body-transforming layers
+//!   (`seal`) run, the preamble goes on and the datagram is out; post-sending is deferred. A
+//!   filter rejection takes the layered path (PRESEND).
+//! - **from_network**: the preamble names the connection by cookie (or carries the connection
+//!   identification); the delivery filter checks the message-specific fields; if delivery is
+//!   enabled and the protocol-specific header equals the prediction, the message is delivered
+//!   (unpacked if packed) and post-delivery is deferred. Any miss takes the layered path
+//!   (PREDELIVER).
+//! - **post_process**: runs the deferred post-phase, updates the predictions, and sends the
+//!   backlog packed. The driver calls it when the application is idle; the next operation on
+//!   the connection runs it first if it is still pending.
+//!
+//! Beyond the paper: the sender keeps adding the connection identification until the peer has
+//! shown (a gossip bit) that it knows the cookie, so losing the first message costs nothing
+//! extra; packing takes messages of any size up to the MTU.
+
+use crate::accel::filter::{
+    verify, CompiledFilter, Direction, FieldTable, FilterCtx, ProgramBuilder,
+};
+use crate::accel::preamble::{Preamble, COOKIE_MASK, PREAMBLE_LEN};
+use crate::conn::Connection;
+use crate::field::{read_bits, write_bits, ByteOrder, FieldClass, FieldHandle};
+use crate::layer::{Handoff, HeaderCopy, Packet, Predict, Verdict};
+use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
+use crate::msg::Msg;
+use crate::stack::LayerSet;
+use crate::time::Time;
+use std::collections::VecDeque;
+
+/// Filter return value: a message-specific field did not check out.
+pub const MISS_FILTER: u64 = 1;
+/// Filter return value: the message is (or must become) fragments.
+pub const MISS_FRAGMENT: u64 = 2;
+
+/// Why a message left the fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Miss {
+    /// The predicted header was disabled by a layer (e.g. window full).
+    Disabled,
+    /// The filter rejected the message (non-zero return).
+    Filter,
+    /// A fragment, or a message that must be fragmented.
+    Fragment,
+    /// The protocol-specific header differed from the prediction.
+    Mismatch,
+}
+
+/// Counters of the accelerator of one connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccelStats {
+    /// Application messages sent on the fast path (packed ones counted one by one).
+    pub fast_send_msgs: u64,
+    /// Application messages sent on the layered path.
+    pub slow_send_msgs: u64,
+    /// Application messages delivered on the fast path.
+    pub fast_deliver_msgs: u64,
+    /// Application messages delivered on the layered path.
+    pub slow_deliver_msgs: u64,
+    /// Datagrams received that took the fast path.
+    pub fast_deliver_datagrams: u64,
+    /// Send misses: disabled, filter, fragment.
+    pub send_miss: [u64; 3],
+    /// Delivery misses: disabled, filter, fragment, mismatch.
+    pub deliver_miss: [u64; 4],
+    /// Datagrams dropped: unknown cookie without identification.
+    pub unknown_cookie: u64,
+    /// Datagrams dropped: identification of another connection.
+    pub unknown_conn: u64,
+    /// Datagrams dropped: packed body whose lengths lie.
+    pub bad_packing: u64,
+    /// Datagrams dropped: shorter than the preamble and headers.
+    pub truncated: u64,
+    /// Datagrams sent with the connection identification.
+    pub with_conn_id: u64,
+    /// Wire header bytes sent (preamble + identification + headers), all datagrams.
+    pub header_bytes: u64,
+    /// Packed datagrams sent and the messages they carried.
+    pub packed_datagrams: u64,
+    /// Messages carried in packed datagrams.
+    pub packed_msgs: u64,
+    /// Most messages in one packed datagram.
+    pub max_pack: u64,
+}
+
+impl AccelStats {
+    /// Application messages that took the fast path, over all sent and delivered.
+    pub fn hit_ratio(&self) -> f64 {
+        let fast = self.fast_send_msgs + self.fast_deliver_msgs;
+        let all = fast + self.slow_send_msgs + self.slow_deliver_msgs;
+        if all == 0 {
+            f64::NAN
+        } else {
+            fast as f64 / all as f64
+        }
+    }
+
+    fn miss(&mut self, send: bool, m: Miss) {
+        let i = match m {
+            Miss::Disabled => 0,
+            Miss::Filter => 1,
+            Miss::Fragment => 2,
+            Miss::Mismatch => 3,
+        };
+        if send {
+            self.send_miss[i.min(2)] += 1;
+        } else {
+            self.deliver_miss[i] += 1;
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PaFields {
+    conn: FieldHandle,
+    cookie_ack: FieldHandle,
+    packed: FieldHandle,
+}
+
+/// Register the accelerator's own fields (above every layer, so checksums cover them).
+pub(crate) fn declare(reg: &mut FieldRegistry) -> PaFields {
+    reg.set_layer(ACCEL_LAYER);
+    PaFields {
+        conn: reg.add_field(FieldClass::ConnId, "conn", 64, None),
+        cookie_ack: reg.add_field(FieldClass::Gossip, "cookie_ack", 1, None),
+        packed: reg.add_field(FieldClass::MsgSpecific, "packed", 1, None),
+    }
+}
+
+enum Pending {
+    None,
+    Send {
+        hdr: HeaderCopy,
+        copies: Vec<(usize, Msg)>,
+    },
+    Deliver {
+        hdr: HeaderCopy,
+    },
+}
+
+/// Per-connection accelerator state (seed 004 Table 3, both directions).
+pub(crate) struct Pa {
+    f: PaFields,
+    send_filter: CompiledFilter,
+    deliver_filter: CompiledFilter,
+    cookie: u64,
+    peer_cookie: Option<u64>,
+    peer_knows_cookie: bool,
+    conn_ident: Option<u64>,
+    conn_id_len: usize,
+    predict_send: HeaderCopy,
+    predict_deliver: HeaderCopy,
+    proto_mask: Vec<u8>,
+    pending: Pending,
+    /// Bodies waiting to be sent: packed (a sequence of varint length + bytes) or single.
+    backlog: VecDeque<(Msg, bool, u64)>,
+    backlog_bytes: usize,
+    mtu: usize,
+    max_backlog: usize,
+    transform: Vec<usize>,
+    /// How many layers at the bottom of the stack transform the body (run before the
+    /// delivery filter).
+    bottom_transforms: usize,
+    /// False when a body-transforming layer sits above a plain one: its delivery could not
+    /// be checked by the filter, so every delivery takes the layered path.
+    fast_deliver: bool,
+    copy: Vec<usize>,
+    pub(crate) stats: AccelStats,
+}
+
+/// Build the accelerator: the compact layout's filters, cookies, first predictions.
+pub(crate) fn build<S: LayerSet>(
+    layers: &S,
+    layout: &Layout,
+    f: PaFields,
+    mtu: usize,
+    initiator: bool,
+) -> Result<Pa, crate::accel::filter::VerifyError> {
+    let n = layers.count();
+    let table = FieldTable::new(layout.header_len(), layout.locs().to_vec());
+    let mut send = ProgramBuilder::new();
+    let mut deliver = ProgramBuilder::new();
+    let mut cover_layer = None;
+    for i in 0..n {
+        let id = i as crate::accel::filter::LayerId;
+        layers.send_filter_at(i, send.segment(id));
+        layers.deliver_filter_at(i, deliver.segment(id));
+        let uses_cover = send.segments().iter().any(|s| {
+            s.layer() == id
+                && s.ops().iter().any(|o| {
+                    matches!(o, crate::accel::filter::Op::Digest(d)
+                        if *d == crate::accel::filter::DigestId::INET_CHECKSUM_COVERED)
+                })
+        });
+        if uses_cover {
+            cover_layer = Some(i);
+        }
+    }
+    let cover = cover_layer.map_or(&[][..], |i| layout.upper_fields(i));
+    let send_filter = verify(&send.build(), &table, Direction::Send)?
+        .with_cover(cover)
+        .compile();
+    let deliver_filter = verify(&deliver.build(), &table, Direction::Deliver)?
+        .with_cover(cover)
+        .compile();
+    let mut seed = [0u8; 16];
+    // Without an entropy source the cookie is still unique per process and time.
+    if getrandom::fill(&mut seed).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        seed[..8].copy_from_slice(&t.to_le_bytes());
+        seed[8..].copy_from_slice(&(std::process::id() as u64).to_le_bytes());
+    }
+    let cookie = u64::from_le_bytes(seed[..8].try_into().unwrap_or([1; 8])) & COOKIE_MASK;
+    let ident = u64::from_le_bytes(seed[8..].try_into().unwrap_or([2; 8]));
+    let empty = HeaderCopy {
+        bytes: [0; MAX_HEADER],
+        len: layout.header_len(),
+    };
+    Ok(Pa {
+        f,
+        send_filter,
+        deliver_filter,
+        cookie,
+        peer_cookie: None,
+        peer_knows_cookie: false,
+        conn_ident: initiator.then_some(ident),
+        conn_id_len: layout.conn_id_len(),
+        predict_send: empty,
+        predict_deliver: empty,
+        proto_mask: layout.class_mask(&[FieldClass::ProtoSpecific]),
+        pending: Pending::None,
+        backlog: VecDeque::new(),
+        backlog_bytes: 0,
+        mtu,
+        max_backlog: 4 << 20,
+        transform: (0..n).filter(|&i| layers.transforms_body_at(i)).collect(),
+        bottom_transforms: (0..n)
+            .rev()
+            .take_while(|&i| layers.transforms_body_at(i))
+            .count(),
+        fast_deliver: {
+            let t = (0..n).filter(|&i| layers.transforms_body_at(i)).count();
+            t == (0..n)
+                .rev()
+                .take_while(|&i| layers.transforms_body_at(i))
+                .count()
+        },
+        copy: (0..n).filter(|&i| layers.wants_copy_at(i)).collect(),
+        stats: AccelStats::default(),
+    })
+}
+
+fn varint_len(v: usize) -> usize {
+    match v {
+        0..=0x7f => 1,
+        0x80..=0x3fff => 2,
+        0x4000..=0x1f_ffff => 3,
+        _ => 4,
+    }
+}
+
+fn put_varint(m: &mut Msg, mut v: usize) {
+    while v >= 0x80 {
+        m.extend_from_slice(&[(v as u8 & 0x7f) | 0x80]);
+        v >>= 7;
+    }
+    m.extend_from_slice(&[v as u8]);
+}
+
+/// Read a varint of at most four bytes; `None` if it runs off the end or is longer.
+fn get_varint(b: &[u8]) -> Option<(usize, usize)> {
+    let mut v = 0usize;
+    for (i, &x) in b.iter().take(4).enumerate() {
+        v |= ((x & 0x7f) as usize) << (7 * i);
+        if x & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// Split a packed body into its messages' byte ranges; `None` if the lengths lie.
+pub fn unpack_ranges(body: &[u8], out: &mut Vec<(usize, usize)>) -> bool {
+    out.clear();
+    let mut at = 0;
+    while at < body.len() {
+        let Some((len, n)) = get_varint(&body[at..]) else {
+            return false;
+        };
+        at += n;
+        if len > body.len() - at {
+            return false;
+        }
+        out.push((at, len));
+        at += len;
+    }
+    !out.is_empty()
+}
+
+impl<S: LayerSet> Connection<S> {
+    fn pa(&mut self) -> &mut Pa {
+        self.pa.as_mut().expect("accelerated connection")
+    }
+
+    /// Recompute the predicted send and delivery headers from the layers' state.
+    pub(crate) fn update_predictions(&mut self) {
+        self.update_template();
+        let Some(pa) = self.pa.as_mut() else { return };
+        let hl = self.layout.header_len();
+        let mut ps = [0u8; MAX_HEADER];
+        let order = self.layout.order();
+        if let Some(id) = pa.conn_ident {
+            write_bits(&mut ps[..hl], self.layout.loc(pa.f.conn), order, id);
+        }
+        write_bits(
+            &mut ps[..hl],
+            self.layout.loc(pa.f.cookie_ack),
+            order,
+            pa.peer_cookie.is_some() as u64,
+        );
+        let mut pd = [0u8; MAX_HEADER];
+        for i in 0..self.layers.count() {
+            self.layers.predict_send_at(
+                i,
+                &mut Predict {
+                    bytes: &mut ps[..hl],
+                    layout: &self.layout,
+                },
+            );
+            self.layers.predict_deliver_at(
+                i,
+                &mut Predict {
+                    bytes: &mut pd[..hl],
+                    layout: &self.layout,
+                },
+            );
+        }
+        pa.predict_send.bytes = ps;
+        pa.predict_deliver.bytes = pd;
+    }
+
+    /// The header area layer-originated messages start from: the accelerator's fields only.
+    fn update_template(&mut self) {
+        let Some(pa) = self.pa.as_ref() else { return };
+        let hl = self.layout.header_len();
+        let order = self.layout.order();
+        let t = &mut self.template;
+        t.len = hl;
+        t.bytes = [0; MAX_HEADER];
+        if let Some(id) = pa.conn_ident {
+            write_bits(&mut t.bytes[..hl], self.layout.loc(pa.f.conn), order, id);
+        }
+        write_bits(
+            &mut t.bytes[..hl],
+            self.layout.loc(pa.f.cookie_ack),
+            order,
+            pa.peer_cookie.is_some() as u64,
+        );
+    }
+
+    /// Accelerated send (seed 004 Figure 3, `send`).
+    pub(crate) fn pa_send(&mut self, now: Time, data: &[u8]) {
+        let pa = self.pa();
+        let queue =
+            !matches!(pa.pending, Pending::None) || !pa.backlog.is_empty() || self.disable[0] > 0;
+        if queue {
+            self.backlog_push(data);
+            return;
+        }
+        let mut m = self.pool.alloc_copy(data);
+        m.push_front(self.layout.header_len());
+        self.send_one(now, m, false, 1);
+    }
+
+    /// Whether the backlog can take `len` more bytes.
+    pub(crate) fn pa_can_accept(&self) -> bool {
+        self.pa
+            .as_ref()
+            .is_none_or(|pa| pa.backlog_bytes < pa.max_backlog)
+    }
+
+    fn backlog_push(&mut self, data: &[u8]) {
+        let mtu = self.pa().mtu;
+        let need = varint_len(data.len()) + data.len();
+        let pa = self.pa.as_mut().expect("accelerated connection");
+        if need > mtu {
+            pa.backlog_bytes += data.len();
+            let mut m = self.pool.alloc_copy(data);
+            m.push_front(self.layout.header_len());
+            pa.backlog.push_back((m, false, 1));
+            return;
+        }
+        let hl = self.layout.header_len();
+        match pa.backlog.back_mut() {
+            Some((m, true, count)) if m.len() - hl + need <= mtu => {
+                pa.backlog_bytes += need;
+                put_varint(m, data.len());
+                m.extend_from_slice(data);
+                *count += 1;
+            }
+            _ => {
+                pa.backlog_bytes += need;
+                let mut m = self.pool.alloc();
+                m.push_front(hl);
+                put_varint(&mut m, data.len());
+                m.extend_from_slice(data);
+                pa.backlog.push_back((m, true, 1));
+            }
+        }
+    }
+
+    /// Send one message (header area + body) on the fast path if it can, else layered.
+    fn send_one(&mut self, now: Time, mut m: Msg, packed: bool, msgs: u64) {
+        let hl = self.layout.header_len();
+        let order = self.layout.order();
+        let pa = self.pa.as_mut().expect("accelerated connection");
+        m.data_mut()[..hl].copy_from_slice(&pa.predict_send.bytes[..hl]);
+        write_bits(
+            &mut m.data_mut()[..hl],
+            self.layout.loc(pa.f.packed),
+            order,
+            packed as u64,
+        );
+        if packed {
+            pa.stats.packed_datagrams += 1;
+            pa.stats.packed_msgs += msgs;
+            pa.stats.max_pack = pa.stats.max_pack.max(msgs);
+        }
+        let miss = if self.disable[0] > 0 {
+            Some(Miss::Disabled)
+        } else {
+            let (h, b) = m.data_mut().split_at_mut(hl);
+            match pa.send_filter.run(&mut FilterCtx::send(h, order, b)) {
+                0 => None,
+                MISS_FRAGMENT => Some(Miss::Fragment),
+                _ => Some(Miss::Filter),
+            }
+        };
+        if let Some(why) = miss {
+            pa.stats.miss(true, why);
+            pa.stats.slow_send_msgs += msgs;
+            self.run_send(now, 0, m);
+            self.drain(now);
+            self.update_predictions();
+            return;
+        }
+        pa.stats.fast_send_msgs += msgs;
+        let mut copies = Vec::new();
+        for &i in &pa.copy {
+            copies.push((i, self.pool.alloc_copy(m.data())));
+        }
+        let transform = std::mem::take(&mut pa.transform);
+        let mut dropped = None;
+        {
+            let mut pkt = Packet {
+                msg: &mut m,
+                layout: &self.layout,
+                order,
+                now,
+                layer: 0,
+                pool: &mut self.pool,
+                kept: &mut self.kept,
+            };
+            for &i in &transform {
+                pkt.layer = i;
+                if let Verdict::Drop(r) = self.layers.pre_send_at(i, &mut pkt) {
+                    dropped = Some((i, r));
+                    break;
+                }
+            }
+        }
+        self.pa().transform = transform;
+        if let Some((i, r)) = dropped {
+            self.stats.layers[i].1.count(r);
+            self.pool.free(m);
+            for (_, c) in copies {
+                self.pool.free(c);
+            }
+            return;
+        }
+        let hdr = HeaderCopy::of(&m, hl);
+        self.transmit(m);
+        self.pa().pending = Pending::Send { hdr, copies };
+    }
+
+    /// Run the deferred post-processing, then send the backlog packed (seed 004 §3.4).
+    pub fn post_process(&mut self, now: Time) {
+        if self.pa.is_none() {
+            return;
+        }
+        loop {
+            let pending = std::mem::replace(&mut self.pa().pending, Pending::None);
+            match pending {
+                Pending::None => {}
+                Pending::Send { hdr, mut copies } => {
+                    for i in 0..self.layers.count() {
+                        let copy = copies
+                            .iter()
+                            .position(|(l, _)| *l == i)
+                            .map(|p| copies.swap_remove(p).1);
+                        self.post_send(now, i, &hdr, Handoff::Passed { copy });
+                    }
+                    self.drain(now);
+                    self.update_predictions();
+                }
+                Pending::Deliver { hdr } => {
+                    for i in (0..self.layers.count()).rev() {
+                        self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+                    }
+                    self.drain(now);
+                    self.update_predictions();
+                }
+            }
+            if self.disable[0] > 0 {
+                return;
+            }
+            let Some((m, packed, count)) = self.pa().backlog.pop_front() else {
+                return;
+            };
+            let hl = self.layout.header_len();
+            let pa = self.pa();
+            pa.backlog_bytes = pa.backlog_bytes.saturating_sub(m.len() - hl);
+            self.send_one(now, m, packed, count);
+        }
+    }
+
+    /// Whether [`Connection::post_process`] would do something now.
+    pub(crate) fn pa_actionable(&self) -> bool {
+        self.pa.as_ref().is_some_and(|pa| {
+            !matches!(pa.pending, Pending::None) || (!pa.backlog.is_empty() && self.disable[0] == 0)
+        })
+    }
+
+    /// Whether post-processing or backlog is pending.
+    pub(crate) fn pa_busy(&self) -> bool {
+        self.pa
+            .as_ref()
+            .is_some_and(|pa| !matches!(pa.pending, Pending::None) || !pa.backlog.is_empty())
+    }
+
+    /// Put the preamble on an outgoing datagram, leaving the identification off once the peer
+    /// knows our cookie.
+    pub(crate) fn pa_wrap(&mut self, m: &mut Msg) {
+        let Some(pa) = self.pa.as_mut() else { return };
+        let present = !pa.peer_knows_cookie;
+        if !present {
+            m.pop_front(pa.conn_id_len);
+        } else {
+            pa.stats.with_conn_id += 1;
+        }
+        let p = Preamble {
+            conn_id_present: present,
+            order: self.layout.order(),
+            cookie: pa.cookie,
+        };
+        m.push_front(PREAMBLE_LEN).copy_from_slice(&p.to_bytes());
+        pa.stats.header_bytes += (PREAMBLE_LEN + self.layout.header_len()
+            - if present { 0 } else { pa.conn_id_len }) as u64;
+    }
+
+    /// Accelerated receive (seed 004 Figure 3, `from_network`).
+    pub(crate) fn pa_receive(&mut self, now: Time, mut m: Msg) {
+        self.post_process(now);
+        let hl = self.layout.header_len();
+        let native = self.layout.order();
+        let conn_field = self.pa().f.conn;
+        let conn_loc = self.layout.loc(conn_field);
+        let Ok(pre) = Preamble::read(m.data()) else {
+            self.pa().stats.truncated += 1;
+            self.pool.free(m);
+            return;
+        };
+        m.pop_front(PREAMBLE_LEN);
+        let cid = self.pa().conn_id_len;
+        let pa = self.pa.as_mut().expect("accelerated connection");
+        // What this datagram would teach us (identity, cookie, that the peer knows ours) is
+        // learnt only if the stack accepts it: a forged datagram must not hijack the state.
+        let mut learn = None;
+        if pre.conn_id_present {
+            if m.len() < hl {
+                pa.stats.truncated += 1;
+                self.pool.free(m);
+                return;
+            }
+            let ident = read_bits(&m.data()[..cid], conn_loc, pre.order);
+            if pa.conn_ident.is_some_and(|mine| mine != ident) {
+                pa.stats.unknown_conn += 1;
+                self.pool.free(m);
+                return;
+            }
+            learn = Some((ident, pre.cookie));
+        } else {
+            if pa.peer_cookie != Some(pre.cookie) {
+                pa.stats.unknown_cookie += 1;
+                self.pool.free(m);
+                return;
+            }
+            if m.len() + cid < hl {
+                pa.stats.truncated += 1;
+                self.pool.free(m);
+                return;
+            }
+            // Restore the identification left off the wire, in the sender's byte order like
+            // the rest of the header (converted below with it).
+            let ident = pa.conn_ident.unwrap_or(0);
+            let h = m.push_front(cid);
+            write_bits(h, conn_loc, pre.order, ident);
+        }
+        if pre.order != native {
+            convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
+        }
+        let knows = read_bits(&m.data()[..hl], self.layout.loc(pa.f.cookie_ack), native) != 0;
+        let saved = (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie);
+        if let Some((ident, cookie)) = learn {
+            pa.conn_ident = Some(ident);
+            pa.peer_cookie = Some(cookie);
+        }
+        pa.peer_knows_cookie |= knows;
+        self.update_template();
+        let drops_before = self.stats.input_drops();
+        self.pa_deliver(now, m);
+        if self.stats.input_drops() != drops_before {
+            let pa = self.pa();
+            (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie) = saved;
+            self.update_template();
+        }
+    }
+
+    /// The delivery fast path, or the layered path on a miss.
+    fn pa_deliver(&mut self, now: Time, mut m: Msg) {
+        let hl = self.layout.header_len();
+        let native = self.layout.order();
+        let n = self.layers.count();
+        // Body transforms (decryption) at the bottom of the stack run first, as they would on
+        // the layered path: the filter must see the plaintext.
+        let k = self.pa().bottom_transforms;
+        let mut stop = None;
+        {
+            let mut pkt = Packet {
+                msg: &mut m,
+                layout: &self.layout,
+                order: native,
+                now,
+                layer: n,
+                pool: &mut self.pool,
+                kept: &mut self.kept,
+            };
+            for i in (n - k..n).rev() {
+                pkt.layer = i;
+                match self.layers.pre_deliver_at(i, &mut pkt) {
+                    Verdict::Continue => {}
+                    v => {
+                        stop = Some((i, v));
+                        break;
+                    }
+                }
+            }
+        }
+        for (_, c) in self.kept.drain(..) {
+            self.pool.free(c);
+        }
+        if let Some((i, v)) = stop {
+            // Refused below: finish on the layered path from there.
+            let hdr = HeaderCopy::of(&m, hl);
+            match v {
+                Verdict::Drop(r) => {
+                    self.stats.layers[i].1.count(r);
+                    self.pool.free(m);
+                }
+                _ => self.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),
+            }
+            for j in i + 1..n {
+                self.post_deliver(now, j, &hdr, Handoff::Passed { copy: None });
+            }
+            self.drain(now);
+            self.update_predictions();
+            return;
+        }
+        let pa = self.pa.as_mut().expect("accelerated connection");
+        let packed = read_bits(&m.data()[..hl], self.layout.loc(pa.f.packed), native) != 0;
+        // The fast path: filter, enabled, prediction.
+        let miss = {
+            let (h, b) = m.data().split_at(hl);
+            match pa.deliver_filter.run(&mut FilterCtx::deliver(h, native, b)) {
+                0 if self.disable[1] > 0 || !pa.fast_deliver => Some(Miss::Disabled),
+                0 => {
+                    let pd = &pa.predict_deliver.bytes[..hl];
+                    let same = h
+                        .iter()
+                        .zip(pd)
+                        .zip(&pa.proto_mask)
+                        .all(|((a, b), k)| (a ^ b) & k == 0);
+                    (!same).then_some(Miss::Mismatch)
+                }
+                MISS_FRAGMENT => Some(Miss::Fragment),
+                _ => Some(Miss::Filter),
+            }
+        };
+        if let Some(why) = miss {
+            pa.stats.miss(false, why);
+            let hdr = HeaderCopy::of(&m, hl);
+            self.run_deliver(now, n - k, m);
+            for j in n - k..n {
+                self.post_deliver(now, j, &hdr, Handoff::Passed { copy: None });
+            }
+            self.drain(now);
+            self.update_predictions();
+            return;
+        }
+        let hdr = HeaderCopy::of(&m, hl);
+        m.pop_front(hl);
+        let delivered = self.deliver_to_app(m, packed);
+        let pa = self.pa();
+        pa.stats.fast_deliver_datagrams += 1;
+        pa.stats.fast_deliver_msgs += delivered;
+        pa.pending = Pending::Deliver { hdr };
+    }
+
+    /// Hand a body to the application, unpacking it if packed; returns messages delivered.
+    pub(crate) fn deliver_to_app(&mut self, m: Msg, packed: bool) -> u64 {
+        if !packed {
+            self.stats.delivered += 1;
+            self.delivered.push_back(m);
+            return 1;
+        }
+        let mut ranges = std::mem::take(&mut self.unpack_scratch);
+        let n = if unpack_ranges(m.data(), &mut ranges) {
+            for &(at, len) in &ranges {
+                let part = self.pool.alloc_copy(&m.data()[at..at + len]);
+                self.delivered.push_back(part);
+            }
+            self.stats.delivered += ranges.len() as u64;
+            ranges.len() as u64
+        } else {
+            if let Some(pa) = self.pa.as_mut() {
+                pa.stats.bad_packing += 1;
+            }
+            0
+        };
+        self.unpack_scratch = ranges;
+        self.pool.free(m);
+        n
+    }
+
+    /// Whether a header area (as delivered by the layers) says its body is packed.
+    pub(crate) fn pa_packed(&self, hdr: &[u8]) -> bool {
+        self.pa.as_ref().is_some_and(|pa| {
+            read_bits(hdr, self.layout.loc(pa.f.packed), self.layout.order()) != 0
+        })
+    }
+
+    /// Counters of the accelerator, if this connection has one.
+    pub fn accel_stats(&self) -> Option<&AccelStats> {
+        self.pa.as_ref().map(|pa| &pa.stats)
+    }
+
+    /// The wire header of an ordinary data message once the peer knows the cookie: preamble
+    /// plus headers without the identification (or the per-layer header area when not
+    /// accelerated).
+    pub fn data_header_bytes(&self) -> usize {
+        match &self.pa {
+            Some(pa) => PREAMBLE_LEN + self.layout.header_len() - pa.conn_id_len,
+            None => self.layout.header_len(),
+        }
+    }
+}
+
+/// Rewrite every field of a header from `from` byte order into the layout's.
+fn convert_order(h: &mut [u8], layout: &Layout, from: ByteOrder) {
+    let vals: Vec<u64> = layout
+        .locs()
+        .iter()
+        .map(|&l| read_bits(h, l, from))
+        .collect();
+    h.fill(0);
+    for (&l, v) in layout.locs().iter().zip(vals) {
+        write_bits(h, l, layout.order(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpacking_rejects_lying_lengths() {
+        let mut r = Vec::new();
+        assert!(unpack_ranges(&[3, b'a', b'b', b'c', 1, b'd'], &mut r));
+        assert_eq!(r, vec![(1, 3), (5, 1)]);
+        assert!(!unpack_ranges(&[4, b'a', b'b', b'c'], &mut r), "too long");
+        assert!(
+            !unpack_ranges(&[0x80, 0x80, 0x80, 0x80, 1], &mut r),
+            "varint too long"
+        );
+        assert!(!unpack_ranges(&[0x81], &mut r), "varint runs off");
+        assert!(!unpack_ranges(&[], &mut r), "empty");
+        assert!(unpack_ranges(&[0], &mut r), "one empty message");
+    }
+
+    #[test]
+    fn varints_roundtrip() {
+        for v in [0usize, 1, 127, 128, 300, 16383, 16384, 1 << 20] {
+            let mut m = Msg::new(0);
+            put_varint(&mut m, v);
+            assert_eq!(m.len(), varint_len(v));
+            assert_eq!(get_varint(m.data()), Some((v, m.len())));
+        }
+    }
+}

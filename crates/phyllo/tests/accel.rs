@@ -1,0 +1,297 @@
+//! The Protocol Accelerator (seed 004): compact headers, fast-path hit ratio, correctness
+//! under loss and reordering with the fast path resuming, first-message loss, packing, byte
+//! order, and bad input.
+
+mod common;
+use common::*;
+use phyllo::harness::Pair;
+use phyllo::layers::{Checksum, Frag, Seal, Window};
+use phyllo::link::memlink::{Faults, MemLink};
+use phyllo::{Config, Connection, Role, Time};
+use std::time::Duration;
+
+const SPEC3: &str = "frag(1400):window(16):checksum";
+
+fn accel_static_pair(link: MemLink) -> Pair<Static4> {
+    let mk = |role| {
+        Connection::new(
+            phyllo::stack!(
+                Frag::new(1400),
+                Window::new(16),
+                Checksum::new(),
+                Seal::new()
+            ),
+            Config::accelerated(role),
+        )
+        .unwrap()
+    };
+    Pair::new(mk(Role::Initiator), mk(Role::Responder), link)
+}
+
+#[test]
+fn compact_header_of_an_ordinary_data_message_is_at_most_16_bytes() {
+    let plain = Connection::from_spec(SPEC3, Config::new(Role::Initiator)).unwrap();
+    let fast = Connection::from_spec(SPEC3, Config::accelerated(Role::Initiator)).unwrap();
+    assert_eq!(
+        plain.data_header_bytes(),
+        16,
+        "per-layer 4-byte-aligned headers"
+    );
+    assert!(
+        fast.data_header_bytes() <= 16,
+        "{}",
+        fast.data_header_bytes()
+    );
+    // And what is measured on the wire agrees, once the peer knows the cookie.
+    let mut pair = Pair::accelerated(SPEC3, MemLink::perfect()).unwrap();
+    let msgs: Vec<Vec<u8>> = (0..50).map(|i| payload(i, 8)).collect();
+    for m in &msgs {
+        assert_eq!(
+            exchange(&mut pair, std::slice::from_ref(m)),
+            vec![m.clone()]
+        );
+    }
+    pair.wire = Some(Vec::new());
+    exchange(&mut pair, &[vec![1u8; 8]]);
+    let first = &pair.wire.as_ref().unwrap()[0].1;
+    assert_eq!(first.len(), fast.data_header_bytes() + 8);
+}
+
+fn pingpong<S: phyllo::LayerSet>(pair: &mut Pair<S>, rounds: usize) {
+    for r in 0..rounds {
+        let m = payload(r, 8);
+        pair.a.send(pair.now, &m).unwrap();
+        let echo = loop {
+            if let Some(d) = pair.b.poll_delivery() {
+                break d;
+            }
+            assert!(pair.step(), "round {r} stalled");
+        };
+        assert_eq!(echo.data(), &m[..]);
+        pair.b.send(pair.now, echo.data()).unwrap();
+        pair.b.recycle(echo);
+        let back = loop {
+            if let Some(d) = pair.a.poll_delivery() {
+                break d;
+            }
+            assert!(pair.step(), "round {r} echo stalled");
+        };
+        pair.a.recycle(back);
+    }
+}
+
+#[test]
+fn fast_path_hit_ratio_ping_pong_and_stream() {
+    for spec in [SPEC3, SPEC4] {
+        let mut pair = Pair::accelerated(spec, MemLink::perfect()).unwrap();
+        pingpong(&mut pair, 2000);
+        for end in [&pair.a, &pair.b] {
+            let s = end.accel_stats().unwrap();
+            assert!(s.hit_ratio() >= 0.99, "{spec} ping-pong: {s:?}");
+        }
+
+        let mut pair = Pair::accelerated(spec, MemLink::perfect()).unwrap();
+        let msgs: Vec<Vec<u8>> = (0..20_000).map(|i| payload(i, 8)).collect();
+        assert!(exchange(&mut pair, &msgs) == msgs);
+        let (a, b) = (pair.a.accel_stats().unwrap(), pair.b.accel_stats().unwrap());
+        let ratio = (a.fast_send_msgs + b.fast_deliver_msgs) as f64
+            / (a.fast_send_msgs + a.slow_send_msgs + b.fast_deliver_msgs + b.slow_deliver_msgs)
+                as f64;
+        assert!(ratio >= 0.99, "{spec} stream: {ratio} {a:?} {b:?}");
+        assert!(a.packed_datagrams > 0, "the stream was packed");
+    }
+}
+
+#[test]
+fn reliable_under_loss_and_reordering_with_the_accelerator() {
+    for seed in 0..500u64 {
+        let mut r = rng(seed);
+        let f = Faults {
+            loss: 0.05,
+            reorder: 0.05,
+            reorder_delay: Duration::from_micros(300),
+            duplicate: 0.01,
+            corrupt: 0.01,
+            ..Faults::none(Duration::from_micros(20))
+        };
+        let msgs: Vec<Vec<u8>> = sizes(&mut r, 12)
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| payload(i, n))
+            .collect();
+        let spec = if seed % 2 == 0 { SPEC4 } else { SPEC3 };
+        let mut pair = Pair::accelerated(spec, MemLink::new(f.clone(), seed)).unwrap();
+        let got = exchange(&mut pair, &msgs);
+        assert!(
+            got == msgs,
+            "dynamic seed {seed}: {} of {}",
+            got.len(),
+            msgs.len()
+        );
+        let mut pair = accel_static_pair(MemLink::new(f, seed));
+        let got = exchange(&mut pair, &msgs);
+        assert!(
+            got == msgs,
+            "static seed {seed}: {} of {}",
+            got.len(),
+            msgs.len()
+        );
+    }
+}
+
+#[test]
+fn fast_path_resumes_after_recovery() {
+    let f = Faults {
+        loss: 0.2,
+        ..Faults::none(Duration::from_micros(20))
+    };
+    let mut pair = Pair::accelerated(SPEC3, MemLink::new(f, 42)).unwrap();
+    let msgs: Vec<Vec<u8>> = (0..200).map(|i| payload(i, 100)).collect();
+    assert!(exchange(&mut pair, &msgs) == msgs);
+    let lossy = pair.b.accel_stats().unwrap().clone();
+    assert!(
+        lossy.deliver_miss.iter().sum::<u64>() > 0,
+        "loss forced misses"
+    );
+    // Now a perfect link: the fast path takes over again.
+    pair.link = MemLink::perfect();
+    pingpong(&mut pair, 500);
+    let after = pair.b.accel_stats().unwrap();
+    let fast = after.fast_deliver_msgs - lossy.fast_deliver_msgs;
+    let slow = after.slow_deliver_msgs - lossy.slow_deliver_msgs;
+    assert!(fast >= 495 && slow <= 5, "fast {fast} slow {slow}");
+}
+
+/// Drive A→B by hand, dropping chosen datagrams, and check what B delivers.
+fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
+    let mut pair = Pair::accelerated(
+        SPEC3,
+        MemLink::new(Faults::none(Duration::from_micros(10)), 0),
+    )
+    .unwrap();
+    let msgs: Vec<Vec<u8>> = (0..20).map(|i| payload(i, 10 + i)).collect();
+    let (mut na, mut nb) = (0, 0);
+    let mut got = Vec::new();
+    let mut next = 0;
+    for _ in 0..100_000 {
+        if next < msgs.len() {
+            pair.a.send(pair.now, &msgs[next]).unwrap();
+            next += 1;
+        }
+        // Filter what each side transmits before the link sees it.
+        let mut keep_a = Vec::new();
+        while let Some(m) = pair.a.poll_transmit() {
+            if !drop_a.contains(&na) {
+                keep_a.push(m.data().to_vec());
+            }
+            na += 1;
+            pair.a.recycle(m);
+        }
+        let mut keep_b = Vec::new();
+        while let Some(m) = pair.b.poll_transmit() {
+            if !drop_b.contains(&nb) {
+                keep_b.push(m.data().to_vec());
+            }
+            nb += 1;
+            pair.b.recycle(m);
+        }
+        for d in keep_a {
+            pair.link.send(phyllo::link::memlink::Side::A, pair.now, &d);
+        }
+        for d in keep_b {
+            pair.link.send(phyllo::link::memlink::Side::B, pair.now, &d);
+        }
+        let more = pair.step();
+        while let Some(m) = pair.b.poll_delivery() {
+            got.push(m.data().to_vec());
+            pair.b.recycle(m);
+        }
+        if !more && next == msgs.len() {
+            break;
+        }
+    }
+    assert_eq!(got, msgs, "drop_a {drop_a:?} drop_b {drop_b:?}");
+    let b = pair.b.accel_stats().unwrap();
+    assert_eq!(
+        b.unknown_cookie, 0,
+        "no message dropped for an unknown cookie: {b:?}"
+    );
+}
+
+#[test]
+fn losing_the_first_message_costs_no_extra_loss() {
+    first_loss_case(&[0], &[]);
+    first_loss_case(&[0, 1], &[]);
+    first_loss_case(&[0], &[0]);
+    first_loss_case(&[], &[0]);
+    first_loss_case(&[1, 2, 3], &[0, 1]);
+}
+
+#[test]
+fn a_burst_of_small_messages_is_packed() {
+    let mut pair = Pair::accelerated(SPEC3, MemLink::perfect()).unwrap();
+    // Warm up: both sides know each other's cookies.
+    exchange(&mut pair, &[b"hello".to_vec()]);
+    let mut r = rng(9);
+    let msgs: Vec<Vec<u8>> = (0..400)
+        .map(|i| payload(i, rand::Rng::random_range(&mut r, 1..120)))
+        .collect();
+    let before = pair.a.stats().datagrams_out;
+    for m in &msgs {
+        pair.a.send(pair.now, m).unwrap();
+    }
+    let mut got = Vec::new();
+    while pair.step() {
+        while let Some(m) = pair.b.poll_delivery() {
+            got.push(m.data().to_vec());
+            pair.b.recycle(m);
+        }
+    }
+    assert!(got == msgs, "in order, all of them");
+    let data_datagrams = pair.a.stats().datagrams_out - before;
+    // Each message costs its bytes plus a 1-byte length in a packed body of at most 1400.
+    let total: usize = msgs.iter().map(|m| m.len() + 1).sum();
+    let bound = total.div_ceil(1400) + 1;
+    assert!(
+        data_datagrams as usize <= bound,
+        "{data_datagrams} datagrams > {bound}"
+    );
+}
+
+#[test]
+fn a_big_endian_sender_is_understood() {
+    let mut be = Config::accelerated(Role::Initiator);
+    be.order = phyllo::field::ByteOrder::Big;
+    let a = Connection::from_spec(SPEC4, be).unwrap();
+    let b = Connection::from_spec(SPEC4, Config::accelerated(Role::Responder)).unwrap();
+    let mut pair = Pair::new(a, b, MemLink::perfect());
+    let msgs: Vec<Vec<u8>> = (0..300).map(|i| payload(i, 1 + i * 7)).collect();
+    assert!(exchange(&mut pair, &msgs) == msgs);
+}
+
+#[test]
+fn forged_and_truncated_input_is_counted_and_dropped() {
+    let mut a = Connection::from_spec(SPEC3, Config::accelerated(Role::Initiator)).unwrap();
+    let mut b = Connection::from_spec(SPEC3, Config::accelerated(Role::Responder)).unwrap();
+    a.send(Time(0), b"first").unwrap();
+    let d = a.poll_transmit().unwrap().data().to_vec();
+    // Truncated preamble, truncated header.
+    b.handle_datagram(Time(1), &d[..5]);
+    b.handle_datagram(Time(1), &d[..10]);
+    // Unknown cookie without identification.
+    let mut forged = d.clone();
+    forged[0] &= 0x7f;
+    b.handle_datagram(Time(1), &forged);
+    // Wrong byte-order bit: the header reads differently and the checksum fails.
+    let mut flipped = d.clone();
+    flipped[0] ^= 0x40;
+    b.handle_datagram(Time(1), &flipped);
+    assert!(b.poll_delivery().is_none());
+    let s = b.accel_stats().unwrap();
+    assert_eq!(s.truncated, 2);
+    assert_eq!(s.unknown_cookie, 1);
+    assert!(b.stats().drops(phyllo::layer::DropReason::Checksum) >= 1);
+    // The genuine one still goes through.
+    b.handle_datagram(Time(2), &d);
+    assert_eq!(b.poll_delivery().unwrap().data(), b"first");
+}
