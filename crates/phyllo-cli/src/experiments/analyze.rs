@@ -354,6 +354,17 @@ impl Experiment for Analyze {
                 pct(gain(base_f.instr, b.instr)),
             ]);
         }
+        sec.text.push(
+            "Fusion model (seed 003 §4.2-4.3 on x86): type 1 = integer/logic op with a register destination + a Jcc \
+             reading its flags; type 2 = CMP/TEST + Jcc; R-type = register source, I-type = immediate; no memory \
+             operands. `intel` = Sandy Bridge-Skylake macro-fusion (CMP/TEST/ADD/SUB/AND/INC/DEC + Jcc with their \
+             condition-code restrictions, never memory+immediate), `zen` = AMD Zen 1/2 (CMP/TEST + Jcc). A fused pair \
+             is one instruction as long as the longer of the two; every later code address shifts down by the bytes \
+             saved, and the L1I is re-simulated on the compacted addresses (so conflict patterns change: a compacted \
+             layout can miss more or less than the original). Timing of the fused ISA shares the baseline's data \
+             caches and L2."
+                .into(),
+        );
         sec.tables.push(Table {
             title: "Seed 003 Table 2 / Figure 5: fusion alternatives on the LAN workload (first letter: type 1 compute+branch, second: type 2 compare+branch; i = I-type, r = R-type, b = both; intel/zen = x86 macro-fusion rules); i-cache re-simulated with the code compacted".into(),
             headers: headers(&["alternative", "instructions saved", "code bytes saved", "L1I miss ratio", "time improvement", "CPU", "data access", "instr access"]),
@@ -469,6 +480,14 @@ impl Experiment for Analyze {
             headers: headers(&["hierarchy", "L1I misses", "cachegrind I1mr", "diff", "L1D misses", "cachegrind D1mr+D1mw", "diff"]),
             rows,
         });
+        sec.text.push(
+            "Cachegrind-compatible mode: an access straddling two lines is one access (a miss if either line misses), \
+             an L1 miss looks up the LL with the same address and size, `M` (modify) records count as one data read \
+             (checked: cachegrind's Dr equals lackey's L + M), no write-backs. The workload is a PIE that valgrind 3.19 \
+             loads at a bias (0x108000 here); the analyzer measures it with a probe run under `--tool=none` that prints \
+             the run-time marker addresses."
+                .into(),
+        );
         sec.text.push(format!(
             "Region instruction count {region} vs callgrind `--toggle-collect={}` {cl} ({} difference). \
              Cachegrind cannot be restricted to the markers, so the cache cross-check counts the whole program \
