@@ -1,7 +1,9 @@
 //! The `phyllo` command's library: the report, its experiments, and the measurements they
 //! share with the subcommands and the benchmarks.
 
+pub mod analyze_cmd;
 pub mod cmd;
 pub mod experiments;
 pub mod measure;
 pub mod report;
+pub mod workload;

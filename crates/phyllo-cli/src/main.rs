@@ -1,6 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{cmd, report};
+use phyllo_cli::{analyze_cmd, cmd, report, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +20,10 @@ enum Cmd {
     Rtt(cmd::RttArgs),
     /// One-way stream: messages per second of a stack over memlink or UDP loopback.
     Stream(cmd::StreamArgs),
+    /// Run a workload traced by the analyzer (lan, wan, compute).
+    Workload(workload::WorkloadArgs),
+    /// Trace a workload under valgrind and run the architecture analyzer on it.
+    Analyze(analyze_cmd::AnalyzeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,5 +32,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Report(args) => report::main(args),
         Cmd::Rtt(args) => cmd::rtt(args),
         Cmd::Stream(args) => cmd::stream(args),
+        Cmd::Workload(args) => workload::main(args),
+        Cmd::Analyze(args) => analyze_cmd::main(args),
     }
 }

@@ -1,6 +1,7 @@
 //! The experiments registered with the report, in report order.
 
 mod accel;
+mod analyze;
 mod rawudp;
 mod rtt;
 mod stack;
@@ -16,5 +17,6 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(stream::Stream),
         Box::new(accel::Accel),
         Box::new(rawudp::RawUdp),
+        Box::new(analyze::Analyze),
     ]
 }

@@ -1,0 +1,661 @@
+//! One pass over a trace: every cache hierarchy, timing model, instruction statistic, fusion
+//! alternative and virtual layout at once.
+//!
+//! This is the analysis pipeline of seed 003 (§3: instruction mix and ILP, Figure 2; i-cache
+//! behaviour, Figure 3; execution-time breakdown, Figure 4; §4: dependent pairs, Table 1; fused
+//! pairs, Figure 5) with seed 000's trace length, CPI, iCPI and mCPI (§4.3) and virtual layouts
+//! (§3). The trace is consumed record by record ([`Analyzer::record`]) and never stored.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::Read;
+
+use crate::cache::{
+    Cache, CacheConfig, CacheStats, GeometryError, Hierarchy, HierarchyConfig, Served,
+};
+use crate::codemap::{CodeMap, Compaction, NO_FUNC};
+use crate::insn::{fusion_alternatives, Class, FusionAlt, Insn};
+use crate::layout::{Layout, Profile};
+use crate::roi::RoiFilter;
+use crate::timing::{Breakdown, TimingConfig, TimingRun};
+use crate::trace::{Kind, LackeyReader, Record, Summary, TraceError};
+
+/// Why an analysis failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// An impossible cache geometry.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// The begin marker never executed.
+    #[error("the region of interest never began (marker {0:#x} not in the trace): wrong load bias, or the workload failed before its region")]
+    NoRegion(u64),
+    /// The trace ended inside the region.
+    #[error("truncated trace: it ended inside the region of interest (entered {entries} times, left {exits})")]
+    UnfinishedRegion {
+        /// Times the region was entered.
+        entries: u64,
+        /// Times it was left.
+        exits: u64,
+    },
+    /// A setup refers to a hierarchy that does not exist.
+    #[error("setup error: {0}")]
+    Setup(String),
+}
+
+/// What to simulate in the pass.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    /// Cache hierarchies, all fed every access.
+    pub hierarchies: Vec<HierarchyConfig>,
+    /// Timing models: (index into `hierarchies`, parameters).
+    pub timings: Vec<(usize, TimingConfig)>,
+    /// Instruction mix, dependent pairs, function profile.
+    pub instructions: bool,
+    /// Fusion alternatives, if wanted.
+    pub fusion: Option<FusionSetup>,
+    /// Virtual layouts, if wanted.
+    pub layouts: Option<LayoutSetup>,
+}
+
+/// Fusion model setup (seed 003 §4.3, Figure 5).
+#[derive(Clone, Debug)]
+pub struct FusionSetup {
+    /// The hierarchy whose data caches and L2 outcome the fused runs share.
+    pub hierarchy: usize,
+    /// The timing parameters of the fused runs.
+    pub timing: TimingConfig,
+    /// Alternatives (default: [`fusion_alternatives`]).
+    pub alternatives: Vec<FusionAlt>,
+}
+
+impl FusionSetup {
+    /// All 18 alternatives over hierarchy `hierarchy`.
+    pub fn all(hierarchy: usize, timing: TimingConfig) -> Self {
+        FusionSetup {
+            hierarchy,
+            timing,
+            alternatives: fusion_alternatives(),
+        }
+    }
+}
+
+/// Virtual layouts setup (seed 000 §3).
+#[derive(Clone, Debug)]
+pub struct LayoutSetup {
+    /// The i-cache simulated under each layout.
+    pub l1i: CacheConfig,
+    /// The layouts.
+    pub layouts: Vec<Layout>,
+}
+
+/// A ranked dependent pair.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairCount {
+    /// Mnemonic of the first instruction.
+    pub first: String,
+    /// Mnemonic of the second.
+    pub second: String,
+    /// Dynamic occurrences.
+    pub count: u64,
+    /// Share of all dynamic instructions (seed 003 Table 1's "occurrence").
+    pub share: f64,
+}
+
+/// The outcome of one fusion alternative.
+#[derive(Clone, Debug)]
+pub struct FusionResult {
+    /// Alternative name.
+    pub name: String,
+    /// Dynamic instructions saved (pairs fused).
+    pub saved: u64,
+    /// Static code bytes saved by compaction.
+    pub bytes_saved: u64,
+    /// Compacted i-cache counters.
+    pub l1i: CacheStats,
+    /// Timing with the fused ISA.
+    pub breakdown: Breakdown,
+}
+
+/// Everything one pass measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Trace records read (all, in and out of the region).
+    pub records: u64,
+    /// Instructions in the region (trace length).
+    pub instructions: u64,
+    /// Loads, stores and modifies in the region.
+    pub data_refs: [u64; 3],
+    /// Times the region was entered.
+    pub roi_entries: u64,
+    /// Per hierarchy: configuration, L1I, L1D and L2 counters.
+    pub caches: Vec<(HierarchyConfig, CacheStats, CacheStats, Option<CacheStats>)>,
+    /// Per timing model: hierarchy index, parameters, breakdown.
+    pub timings: Vec<(usize, TimingConfig, Breakdown)>,
+    /// Dynamic instruction mix.
+    pub mix: Vec<(Class, u64)>,
+    /// Dependent pairs, most frequent first.
+    pub pairs: Vec<PairCount>,
+    /// All dynamic dependent pairs.
+    pub dependent_pairs: u64,
+    /// Fusion alternatives.
+    pub fusion: Vec<FusionResult>,
+    /// Layouts: name and i-cache counters.
+    pub layouts: Vec<(String, CacheStats)>,
+    /// Function profile (invocation order, calls).
+    pub profile: Profile,
+    /// Instructions per function, most first: (name, count).
+    pub functions: Vec<(String, u64)>,
+    /// valgrind's messages seen in the trace.
+    pub messages: Vec<String>,
+}
+
+impl Report {
+    /// Share of class `c` in the mix.
+    pub fn mix_share(&self, c: Class) -> f64 {
+        let t: u64 = self.mix.iter().map(|m| m.1).sum();
+        let n = self.mix.iter().find(|m| m.0 == c).map(|m| m.1).unwrap_or(0);
+        if t == 0 {
+            0.0
+        } else {
+            n as f64 / t as f64
+        }
+    }
+}
+
+#[derive(Default)]
+struct Fx(u64);
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+struct FusionRun {
+    alt: FusionAlt,
+    comp: Compaction,
+    l1i: Cache,
+    timing: TimingRun,
+    skip: Option<u64>,
+    skipped_cur: bool,
+    served: Served,
+    saved: u64,
+}
+
+struct LayoutRun {
+    layout: Layout,
+    l1i: Cache,
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    idx: u32,
+    taken_before: bool,
+}
+
+/// The one-pass analyzer.
+pub struct Analyzer<'m> {
+    map: &'m mut CodeMap,
+    roi: RoiFilter,
+    roi_begin: u64,
+    setup: Setup,
+    hier: Vec<Hierarchy>,
+    timings: Vec<(usize, TimingRun)>,
+    iserved: Vec<Served>,
+    dserved: Vec<Served>,
+    cur: Option<Pending>,
+    prev: Option<(u32, u64, u8)>,
+    mix: [u64; 8],
+    pairs: FxMap<u32, u64>,
+    dependent: u64,
+    instrs: u64,
+    data: [u64; 3],
+    records: u64,
+    seen_func: Vec<bool>,
+    func_instrs: Vec<u64>,
+    profile: Profile,
+    fusion: Vec<FusionRun>,
+    fusion_hier: usize,
+    exec_id: Vec<u32>,
+    remap: Vec<u64>,
+    layouts: Vec<LayoutRun>,
+}
+
+impl<'m> Analyzer<'m> {
+    /// An analyzer over code `map`, counting inside `roi`, simulating `setup`.
+    pub fn new(
+        map: &'m mut CodeMap,
+        roi: RoiFilter,
+        roi_begin: u64,
+        setup: Setup,
+    ) -> Result<Self, AnalyzeError> {
+        let hier = setup
+            .hierarchies
+            .iter()
+            .map(|c| Hierarchy::new(*c))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (h, _) in &setup.timings {
+            if *h >= hier.len() {
+                return Err(AnalyzeError::Setup(format!(
+                    "timing model refers to hierarchy {h} of {}",
+                    hier.len()
+                )));
+            }
+        }
+        let timings = setup
+            .timings
+            .iter()
+            .map(|(h, t)| (*h, TimingRun::new(*t)))
+            .collect();
+        let mut fusion = Vec::new();
+        let mut fusion_hier = 0;
+        if let Some(f) = &setup.fusion {
+            let Some(hc) = setup.hierarchies.get(f.hierarchy) else {
+                return Err(AnalyzeError::Setup(
+                    "fusion refers to a missing hierarchy".into(),
+                ));
+            };
+            fusion_hier = f.hierarchy;
+            let pairs = map.fused_pairs();
+            for alt in &f.alternatives {
+                fusion.push(FusionRun {
+                    alt: alt.clone(),
+                    comp: Compaction::new(&pairs, alt.mask),
+                    l1i: Cache::new(hc.l1i)?,
+                    timing: TimingRun::new(f.timing),
+                    skip: None,
+                    skipped_cur: false,
+                    served: Served::L1,
+                    saved: 0,
+                });
+            }
+        }
+        let mut layouts = Vec::new();
+        if let Some(l) = &setup.layouts {
+            for layout in &l.layouts {
+                layouts.push(LayoutRun {
+                    layout: layout.clone(),
+                    l1i: Cache::new(l.l1i)?,
+                });
+            }
+        }
+        let nf = map.funcs().len();
+        let n = hier.len();
+        Ok(Analyzer {
+            roi,
+            roi_begin,
+            setup,
+            hier,
+            timings,
+            iserved: vec![Served::L1; n],
+            dserved: vec![Served::L1; n],
+            cur: None,
+            prev: None,
+            mix: [0; 8],
+            pairs: FxMap::default(),
+            dependent: 0,
+            instrs: 0,
+            data: [0; 3],
+            records: 0,
+            seen_func: vec![false; nf],
+            func_instrs: vec![0; nf],
+            profile: Profile::default(),
+            fusion,
+            fusion_hier,
+            exec_id: Vec::new(),
+            remap: Vec::new(),
+            layouts,
+            map,
+        })
+    }
+
+    fn flush(&mut self) {
+        let Some(p) = self.cur.take() else { return };
+        let insn = *self.map.insn(p.idx);
+        for (h, t) in &mut self.timings {
+            t.step(&insn, p.taken_before, self.iserved[*h], self.dserved[*h]);
+        }
+        if !self.fusion.is_empty() {
+            let d = self.dserved[self.fusion_hier];
+            for f in &mut self.fusion {
+                if !f.skipped_cur {
+                    f.timing.step(&insn, p.taken_before, f.served, d);
+                }
+            }
+        }
+    }
+
+    /// Feeds one trace record.
+    #[inline]
+    pub fn record(&mut self, r: Record) {
+        self.records += 1;
+        if r.kind != Kind::Instr {
+            if self.cur.is_none() {
+                return;
+            }
+            let k = match r.kind {
+                Kind::Load => 0,
+                Kind::Store => 1,
+                _ => 2,
+            };
+            self.data[k] += 1;
+            for (i, h) in self.hier.iter_mut().enumerate() {
+                let s = h.data(r.kind, r.addr, r.size);
+                if r.kind != Kind::Store {
+                    self.dserved[i] = self.dserved[i].max(s);
+                }
+            }
+            return;
+        }
+        if !self.roi.instr(r.addr) {
+            self.flush_all();
+            self.prev = None;
+            return;
+        }
+        self.flush_all();
+        let idx = self.map.lookup(r.addr, r.size);
+        let insn = *self.map.insn(idx);
+        let taken_before = match self.prev {
+            Some((_, a, l)) => a + l as u64 != r.addr,
+            None => false,
+        };
+        self.instrs += 1;
+        for (i, h) in self.hier.iter_mut().enumerate() {
+            self.iserved[i] = h.instr(r.addr, r.size);
+            self.dserved[i] = Served::L1;
+        }
+        if self.setup.instructions {
+            self.instruction_stats(idx, &insn, r.addr);
+        }
+        if !self.fusion.is_empty() {
+            self.fusion_fetch(idx, &insn, r.addr, r.size);
+        }
+        if !self.layouts.is_empty() {
+            let f = self.map.func(idx);
+            let fstart = if f == NO_FUNC {
+                0
+            } else {
+                self.map.funcs()[f as usize].start
+            };
+            for l in &mut self.layouts {
+                let a = if f == NO_FUNC {
+                    r.addr
+                } else {
+                    l.layout.map(f, fstart, r.addr)
+                };
+                let lb = l.l1i.line_bits();
+                for b in (a >> lb)..=((a + r.size.max(1) as u64 - 1) >> lb) {
+                    l.l1i.access_line(b, false);
+                }
+            }
+        }
+        self.cur = Some(Pending { idx, taken_before });
+        self.prev = Some((idx, r.addr, insn.len.max(r.size.min(255) as u8)));
+    }
+
+    fn instruction_stats(&mut self, idx: u32, insn: &Insn, addr: u64) {
+        self.mix[insn.class as usize] += 1;
+        if let Some((p, _, _)) = self.prev {
+            let pi = self.map.insn(p);
+            if pi.feeds(insn) {
+                self.dependent += 1;
+                *self
+                    .pairs
+                    .entry(((pi.mnemonic as u32) << 16) | insn.mnemonic as u32)
+                    .or_insert(0) += 1;
+            }
+        }
+        let f = self.map.func(idx);
+        if f != NO_FUNC {
+            let fu = f as usize;
+            self.func_instrs[fu] += 1;
+            if !self.seen_func[fu] {
+                self.seen_func[fu] = true;
+                self.profile.order.push(f);
+            }
+            if self.map.funcs()[fu].start == addr {
+                *self.profile.calls.entry(f).or_insert(0) += 1;
+            }
+        }
+    }
+
+    fn fusion_fetch(&mut self, idx: u32, insn: &Insn, addr: u64, size: u32) {
+        let n = self.fusion.len();
+        if self.exec_id.len() < self.map.len() {
+            self.exec_id.resize(self.map.len(), u32::MAX);
+        }
+        let mut e = self.exec_id[idx as usize];
+        if e == u32::MAX {
+            e = (self.remap.len() / n) as u32;
+            self.exec_id[idx as usize] = e;
+            for f in &self.fusion {
+                self.remap.push(f.comp.map(addr));
+            }
+        }
+        let base_served = self.iserved[self.fusion_hier];
+        let next_len = if insn.fuse != 0 {
+            let j = self.map.lookup(addr + insn.len as u64, 1);
+            self.map.insn(j).len as u64
+        } else {
+            0
+        };
+        for (k, f) in self.fusion.iter_mut().enumerate() {
+            if f.skip == Some(addr) {
+                f.skip = None;
+                f.skipped_cur = true;
+                f.saved += 1;
+                continue;
+            }
+            f.skip = None;
+            f.skipped_cur = false;
+            let a = self.remap[e as usize * n + k];
+            let len = if insn.fuse & f.alt.mask != 0 && next_len > 0 {
+                f.skip = Some(addr + insn.len as u64);
+                (insn.len as u64).max(next_len)
+            } else {
+                size.max(1) as u64
+            };
+            let lb = f.l1i.line_bits();
+            let mut miss = false;
+            for b in (a >> lb)..=((a + len - 1) >> lb) {
+                miss |= !f.l1i.access_line(b, false).hit;
+            }
+            // The fused runs keep the baseline's L2: a miss is served by L2 unless the
+            // baseline fetch went to memory.
+            f.served = if miss {
+                base_served.max(Served::L2)
+            } else {
+                Served::L1
+            };
+        }
+    }
+
+    fn flush_all(&mut self) {
+        self.flush();
+    }
+
+    /// Consumes a whole lackey trace from `input`.
+    pub fn run(mut self, input: impl Read) -> Result<Report, AnalyzeError> {
+        let summary = LackeyReader::new(input).for_each(|r| self.record(r))?;
+        self.finish(summary)
+    }
+
+    /// Ends the pass and builds the report.
+    pub fn finish(mut self, summary: Summary) -> Result<Report, AnalyzeError> {
+        self.flush_all();
+        if self.roi.entries == 0 {
+            return Err(AnalyzeError::NoRegion(self.roi_begin));
+        }
+        if self.roi.active() && self.roi_begin != u64::MAX {
+            return Err(AnalyzeError::UnfinishedRegion {
+                entries: self.roi.entries,
+                exits: self.roi.exits,
+            });
+        }
+        let mut pairs: Vec<PairCount> = self
+            .pairs
+            .iter()
+            .map(|(&k, &count)| PairCount {
+                first: mnemonic_name(k >> 16),
+                second: mnemonic_name(k & 0xffff),
+                count,
+                share: count as f64 / self.instrs.max(1) as f64,
+            })
+            .collect();
+        pairs.sort_by(|a, b| b.count.cmp(&a.count).then(a.first.cmp(&b.first)));
+        let mut functions: Vec<(String, u64)> = self
+            .func_instrs
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| (self.map.funcs()[i].name.clone(), c))
+            .collect();
+        functions.sort_by_key(|f| std::cmp::Reverse(f.1));
+        Ok(Report {
+            records: self.records,
+            instructions: self.instrs,
+            data_refs: self.data,
+            roi_entries: self.roi.entries,
+            caches: self
+                .hier
+                .iter()
+                .map(|h| {
+                    (
+                        *h.config(),
+                        h.l1i.stats,
+                        h.l1d.stats,
+                        h.l2.as_ref().map(|c| c.stats),
+                    )
+                })
+                .collect(),
+            timings: self
+                .timings
+                .iter()
+                .map(|(h, t)| (*h, t.cfg, t.breakdown()))
+                .collect(),
+            mix: Class::ALL
+                .iter()
+                .map(|&c| (c, self.mix[c as usize]))
+                .collect(),
+            pairs,
+            dependent_pairs: self.dependent,
+            fusion: self
+                .fusion
+                .iter()
+                .map(|f| FusionResult {
+                    name: f.alt.name.clone(),
+                    saved: f.saved,
+                    bytes_saved: f.comp.saved(),
+                    l1i: f.l1i.stats,
+                    breakdown: f.timing.breakdown(),
+                })
+                .collect(),
+            layouts: self
+                .layouts
+                .iter()
+                .map(|l| (l.layout.name.clone(), l.l1i.stats))
+                .collect(),
+            profile: self.profile,
+            functions,
+            messages: summary.messages,
+        })
+    }
+}
+
+fn mnemonic_name(m: u32) -> String {
+    let m = iced_x86::Mnemonic::values()
+        .nth(m as usize)
+        .unwrap_or(iced_x86::Mnemonic::INVALID);
+    format!("{m:?}").to_ascii_uppercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+
+    fn setup() -> Setup {
+        let l1 = CacheConfig::new(1024, 2, 32).unwrap();
+        Setup {
+            hierarchies: vec![HierarchyConfig {
+                l1i: l1,
+                l1d: l1,
+                l2: None,
+                mode: crate::cache::Mode::Phyllo,
+            }],
+            timings: vec![(0, TimingConfig::default())],
+            instructions: true,
+            ..Default::default()
+        }
+    }
+
+    const TRACE: &str = "I  00001000,4\n L 00008000,8\nI  00002000,1\nI  00002001,4\n S 00008008,8\nI  00002005,4\nI  00003000,1\nI  00001004,4\n";
+
+    #[test]
+    fn counts_only_inside_the_markers() {
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        let r = a.run(TRACE.as_bytes()).unwrap();
+        assert_eq!(r.instructions, 3);
+        assert_eq!(r.data_refs, [0, 1, 0]);
+        assert_eq!(r.records, 8);
+        assert_eq!(r.roi_entries, 1);
+        // 0x2000..0x2009 spans one 32 B line: one cold miss, then hits.
+        assert_eq!(r.caches[0].1.misses(), 1);
+        assert_eq!(r.caches[0].1.accesses(), 3);
+        assert_eq!(r.timings[0].2.instructions, 3);
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, setup()).unwrap();
+        assert_eq!(a.run(TRACE.as_bytes()).unwrap().instructions, 6);
+    }
+
+    #[test]
+    fn region_errors() {
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x9000, 0x3000), 0x9000, setup()).unwrap();
+        assert!(matches!(
+            a.run(TRACE.as_bytes()),
+            Err(AnalyzeError::NoRegion(0x9000))
+        ));
+        // The trace stops inside the region (a crash or a truncated pipe).
+        let cut = &TRACE[..TRACE.find("I  00003000").unwrap()];
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        assert!(matches!(
+            a.run(cut.as_bytes()),
+            Err(AnalyzeError::UnfinishedRegion {
+                entries: 1,
+                exits: 0
+            })
+        ));
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::new(0x2000, 0x3000), 0x2000, setup()).unwrap();
+        assert!(matches!(
+            a.run(&TRACE.as_bytes()[..20]),
+            Err(AnalyzeError::Trace(TraceError::Truncated { .. }))
+        ));
+        let mut map = CodeMap::new(&[]);
+        let bad = Setup {
+            timings: vec![(3, TimingConfig::default())],
+            ..setup()
+        };
+        assert!(matches!(
+            Analyzer::new(&mut map, RoiFilter::whole_program(), 0, bad),
+            Err(AnalyzeError::Setup(_))
+        ));
+    }
+}
