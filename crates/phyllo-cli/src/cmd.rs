@@ -1,6 +1,6 @@
 //! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
 
-use crate::measure::{rtt_mem, rtt_udp, stream_mem, stream_udp, LinkKind};
+use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
 use anyhow::Result;
 use phyllo::link::rawudp::Summary;
 use phyllo::Stats;
@@ -38,6 +38,9 @@ pub struct RttArgs {
     /// Block in the kernel instead of busy-polling (UDP only).
     #[arg(long)]
     blocking: bool,
+    /// Offer at most this many round trips per second (UDP only; seed 004 Figure 5).
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// `phyllo stream` options.
@@ -69,7 +72,23 @@ pub fn rtt(args: RttArgs) -> Result<()> {
     }
     let run = match s.link {
         LinkKind::Mem => rtt_mem(&s.stack, s.accel, s.size, args.rounds)?,
-        LinkKind::Udp => rtt_udp(&s.stack, s.accel, s.size, args.rounds, !args.blocking)?,
+        LinkKind::Udp => {
+            let pace = match args.rate {
+                Some(r) if r > 0.0 && r.is_finite() => Some(Duration::from_secs_f64(1.0 / r)),
+                Some(r) => {
+                    anyhow::bail!("--rate {r}: give a positive number of round trips per second")
+                }
+                None => None,
+            };
+            crate::measure::rtt_udp_paced(
+                &s.stack,
+                s.accel,
+                s.size,
+                args.rounds,
+                !args.blocking,
+                pace,
+            )?
+        }
     };
     let sum = Summary::from_samples(&run.samples_ns)
         .ok_or_else(|| anyhow::anyhow!("no round trip completed"))?;
