@@ -48,7 +48,7 @@ fn rtt(c: &mut Criterion) {
     });
     g.bench_function("phyllo_4layer", |b| {
         b.iter_custom(|iters| {
-            let r = rtt_udp(SPEC4, 8, iters as usize, true).unwrap();
+            let r = rtt_udp(SPEC4, false, 8, iters as usize, true).unwrap();
             Duration::from_nanos(r.samples_ns.iter().sum())
         })
     });
@@ -62,7 +62,7 @@ fn rtt(c: &mut Criterion) {
                 .unwrap()
                 .samples_ns,
         );
-        ph.extend(rtt_udp(SPEC4, 8, 5000, true).unwrap().samples_ns);
+        ph.extend(rtt_udp(SPEC4, false, 8, 5000, true).unwrap().samples_ns);
     }
     let (r, p) = (
         Summary::from_samples(&raw).unwrap(),

@@ -1,6 +1,6 @@
 //! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
 
-use crate::measure::{rtt_mem, rtt_udp, stream_mem, stream_udp, LinkKind};
+use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
 use anyhow::Result;
 use phyllo::link::rawudp::Summary;
 use phyllo::Stats;
@@ -18,9 +18,13 @@ pub struct StackArgs {
     /// Payload bytes per message.
     #[arg(long, default_value_t = 8)]
     pub size: usize,
-    /// Print the connection counters too.
+    /// Print the connection counters too (with the accelerator's: fast-path hits, misses by
+    /// reason, header bytes, packing).
     #[arg(long)]
     pub stats: bool,
+    /// Put the Protocol Accelerator in front of the stack.
+    #[arg(long)]
+    pub accel: bool,
 }
 
 /// `phyllo rtt` options.
@@ -34,6 +38,9 @@ pub struct RttArgs {
     /// Block in the kernel instead of busy-polling (UDP only).
     #[arg(long)]
     blocking: bool,
+    /// Offer at most this many round trips per second (UDP only; seed 004 Figure 5).
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// `phyllo stream` options.
@@ -64,8 +71,24 @@ pub fn rtt(args: RttArgs) -> Result<()> {
         anyhow::bail!("--rounds must be at least 1");
     }
     let run = match s.link {
-        LinkKind::Mem => rtt_mem(&s.stack, s.size, args.rounds)?,
-        LinkKind::Udp => rtt_udp(&s.stack, s.size, args.rounds, !args.blocking)?,
+        LinkKind::Mem => rtt_mem(&s.stack, s.accel, s.size, args.rounds)?,
+        LinkKind::Udp => {
+            let pace = match args.rate {
+                Some(r) if r > 0.0 && r.is_finite() => Some(Duration::from_secs_f64(1.0 / r)),
+                Some(r) => {
+                    anyhow::bail!("--rate {r}: give a positive number of round trips per second")
+                }
+                None => None,
+            };
+            crate::measure::rtt_udp_paced(
+                &s.stack,
+                s.accel,
+                s.size,
+                args.rounds,
+                !args.blocking,
+                pace,
+            )?
+        }
     };
     let sum = Summary::from_samples(&run.samples_ns)
         .ok_or_else(|| anyhow::anyhow!("no round trip completed"))?;
@@ -82,8 +105,18 @@ pub fn rtt(args: RttArgs) -> Result<()> {
         sum.mean_ns / 1e3,
         sum.min_ns as f64 / 1e3
     );
+    if s.link == LinkKind::Mem {
+        let cp = crate::measure::critical_path(&s.stack, s.accel, s.size, args.rounds.min(20_000))?;
+        println!(
+            "critical path (median): send {:.0} ns, deliver {:.0} ns",
+            cp.send_ns, cp.deliver_ns
+        );
+    }
     if s.stats {
         print_stats("initiator", &run.stats);
+        if let Some(a) = &run.accel {
+            print_accel("initiator", a);
+        }
     }
     Ok(())
 }
@@ -93,9 +126,10 @@ pub fn stream(args: StreamArgs) -> Result<()> {
     let s = &args.stack;
     check_size(s.size)?;
     let run = match s.link {
-        LinkKind::Mem => stream_mem(&s.stack, s.size, args.count)?,
+        LinkKind::Mem => stream_mem(&s.stack, s.accel, s.size, args.count)?,
         LinkKind::Udp => stream_udp(
             &s.stack,
+            s.accel,
             s.size,
             args.count,
             Duration::from_secs(args.seconds),
@@ -116,6 +150,14 @@ pub fn stream(args: StreamArgs) -> Result<()> {
     if s.stats {
         print_stats("sender", &run.sender);
         print_stats("receiver", &run.receiver);
+        for (who, a) in [
+            ("sender", &run.sender_accel),
+            ("receiver", &run.receiver_accel),
+        ] {
+            if let Some(a) = a {
+                print_accel(who, a);
+            }
+        }
     }
     Ok(())
 }
@@ -130,4 +172,26 @@ pub fn print_stats(who: &str, st: &Stats) {
             println!("  {layer}: {n} dropped ({reason})");
         }
     }
+}
+
+/// Print the accelerator's counters.
+pub fn print_accel(who: &str, a: &phyllo::accel::AccelStats) {
+    println!();
+    println!(
+        "{who} accelerator: fast-path hit ratio {:.4} (sent {} fast / {} layered, delivered {} fast / {} layered)",
+        a.hit_ratio(),
+        a.fast_send_msgs,
+        a.slow_send_msgs,
+        a.fast_deliver_msgs,
+        a.slow_deliver_msgs
+    );
+    println!(
+        "  send misses: disabled {}, filter {}, fragment {}; delivery misses: disabled {}, filter {}, fragment {}, mismatch {}",
+        a.send_miss[0], a.send_miss[1], a.send_miss[2],
+        a.deliver_miss[0], a.deliver_miss[1], a.deliver_miss[2], a.deliver_miss[3]
+    );
+    println!(
+        "  header bytes sent {}, datagrams with conn-id {}, unknown cookie {}, packed datagrams {} carrying {} msgs (max {})",
+        a.header_bytes, a.with_conn_id, a.unknown_cookie, a.packed_datagrams, a.packed_msgs, a.max_pack
+    );
 }

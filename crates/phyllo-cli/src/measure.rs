@@ -30,6 +30,8 @@ pub struct RttRun {
     pub samples_ns: Vec<u64>,
     /// Counters of the initiating end.
     pub stats: Stats,
+    /// Its accelerator's counters, if on.
+    pub accel: Option<phyllo::accel::AccelStats>,
 }
 
 /// What a stream run measured.
@@ -42,6 +44,10 @@ pub struct StreamRun {
     pub sender: Stats,
     /// Counters of the receiving end.
     pub receiver: Stats,
+    /// The sender's accelerator counters, if on.
+    pub sender_accel: Option<phyllo::accel::AccelStats>,
+    /// The receiver's accelerator counters, if on.
+    pub receiver_accel: Option<phyllo::accel::AccelStats>,
 }
 
 impl StreamRun {
@@ -51,14 +57,32 @@ impl StreamRun {
     }
 }
 
+/// A connection configuration for `role`, accelerated or not.
+pub fn config(role: Role, accel: bool) -> Config {
+    if accel {
+        Config::accelerated(role)
+    } else {
+        Config::new(role)
+    }
+}
+
+/// A pair over a perfect in-memory link.
+pub fn mem_pair(spec: &str, accel: bool) -> Result<Pair> {
+    Ok(if accel {
+        Pair::accelerated(spec, MemLink::perfect())?
+    } else {
+        Pair::from_spec(spec)?
+    })
+}
+
 fn payload(size: usize) -> Vec<u8> {
     (0..size).map(|i| i as u8).collect()
 }
 
 /// Ping-pong over the in-memory link: each round trip is A→B, B echoes, B→A, timed with the
 /// wall clock, so it is the processing cost of both ends, both directions.
-pub fn rtt_mem(spec: &str, size: usize, rounds: usize) -> Result<RttRun> {
-    let mut pair = Pair::from_spec(spec)?;
+pub fn rtt_mem(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<RttRun> {
+    let mut pair = mem_pair(spec, accel)?;
     let data = payload(size);
     let mut samples = Vec::with_capacity(rounds);
     let warmup = (rounds / 10).min(1000);
@@ -91,20 +115,35 @@ pub fn rtt_mem(spec: &str, size: usize, rounds: usize) -> Result<RttRun> {
     Ok(RttRun {
         samples_ns: samples,
         stats: pair.a.stats().clone(),
+        accel: pair.a.accel_stats().cloned(),
     })
 }
 
 /// Ping-pong over UDP loopback; both ends busy-poll (or block in the kernel).
-pub fn rtt_udp(spec: &str, size: usize, rounds: usize, busy: bool) -> Result<RttRun> {
+pub fn rtt_udp(spec: &str, accel: bool, size: usize, rounds: usize, busy: bool) -> Result<RttRun> {
+    rtt_udp_paced(spec, accel, size, rounds, busy, None)
+}
+
+/// [`rtt_udp`] with round trips started at most every `pace` (seed 004 Figure 5: latency
+/// against offered round trips per second); between rounds the initiator keeps polling, so
+/// deferred post-processing runs in the idle time.
+pub fn rtt_udp_paced(
+    spec: &str,
+    accel: bool,
+    size: usize,
+    rounds: usize,
+    busy: bool,
+    pace: Option<Duration>,
+) -> Result<RttRun> {
     let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
     let epoch = Instant::now();
     let mut a = UdpDriver::new(
-        Connection::from_spec(spec, Config::new(Role::Initiator))?,
+        Connection::from_spec(spec, config(Role::Initiator, accel))?,
         la,
         epoch,
     );
     let mut b = UdpDriver::new(
-        Connection::from_spec(spec, Config::new(Role::Responder))?,
+        Connection::from_spec(spec, config(Role::Responder, accel))?,
         lb,
         epoch,
     );
@@ -132,7 +171,14 @@ pub fn rtt_udp(spec: &str, size: usize, rounds: usize, busy: bool) -> Result<Rtt
     let warmup = (rounds / 10).min(1000);
     let mut samples = Vec::with_capacity(rounds);
     let mut result = Ok(());
+    let mut next_start = Instant::now();
     for r in 0..rounds + warmup {
+        if let Some(p) = pace {
+            while Instant::now() < next_start {
+                a.poll()?;
+            }
+            next_start += p;
+        }
         let t0 = Instant::now();
         if let Err(e) = send_retrying(&mut a, &data) {
             result = Err(e);
@@ -169,6 +215,7 @@ pub fn rtt_udp(spec: &str, size: usize, rounds: usize, busy: bool) -> Result<Rtt
     Ok(RttRun {
         samples_ns: samples,
         stats: a.conn.stats().clone(),
+        accel: a.conn.accel_stats().cloned(),
     })
 }
 
@@ -187,8 +234,8 @@ fn send_retrying<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, data: &[u8]) -> Resu
 
 /// One-way stream over the in-memory link: `count` messages of `size` bytes sent as fast as
 /// the stack accepts them; both ends' processing on one thread.
-pub fn stream_mem(spec: &str, size: usize, count: u64) -> Result<StreamRun> {
-    let mut pair = Pair::from_spec(spec)?;
+pub fn stream_mem(spec: &str, accel: bool, size: usize, count: u64) -> Result<StreamRun> {
+    let mut pair = mem_pair(spec, accel)?;
     let data = payload(size);
     let t0 = Instant::now();
     let mut sent = 0u64;
@@ -212,23 +259,31 @@ pub fn stream_mem(spec: &str, size: usize, count: u64) -> Result<StreamRun> {
         seconds: t0.elapsed().as_secs_f64(),
         sender: pair.a.stats().clone(),
         receiver: pair.b.stats().clone(),
+        sender_accel: pair.a.accel_stats().cloned(),
+        receiver_accel: pair.b.accel_stats().cloned(),
     })
 }
 
 /// One-way stream over UDP loopback: a sender thread and a receiver thread, both busy-polling.
 /// Bounded by `limit`: what was delivered by then counts.
-pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Result<StreamRun> {
+pub fn stream_udp(
+    spec: &str,
+    accel: bool,
+    size: usize,
+    count: u64,
+    limit: Duration,
+) -> Result<StreamRun> {
     let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
     la.set_send_buffer_size(4 << 20).ok();
     lb.set_recv_buffer_size(4 << 20).ok();
     let epoch = Instant::now();
     let mut a = UdpDriver::new(
-        Connection::from_spec(spec, Config::new(Role::Initiator))?,
+        Connection::from_spec(spec, config(Role::Initiator, accel))?,
         la,
         epoch,
     );
     let mut b = UdpDriver::new(
-        Connection::from_spec(spec, Config::new(Role::Responder))?,
+        Connection::from_spec(spec, config(Role::Responder, accel))?,
         lb,
         epoch,
     );
@@ -236,7 +291,8 @@ pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Resul
     let done = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + limit;
     let (start_b, done_b) = (start.clone(), done.clone());
-    let receiver = thread::spawn(move || -> Result<(u64, Instant, Stats)> {
+    type Received = (u64, Instant, Stats, Option<phyllo::accel::AccelStats>);
+    let receiver = thread::spawn(move || -> Result<Received> {
         start_b.wait();
         let mut delivered = 0u64;
         let mut last = Instant::now();
@@ -251,7 +307,12 @@ pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Resul
         done_b.store(true, Ordering::Relaxed);
         // Acknowledge the tail so the sender can finish cleanly.
         b.tick()?;
-        Ok((delivered, last, b.conn.stats().clone()))
+        Ok((
+            delivered,
+            last,
+            b.conn.stats().clone(),
+            b.conn.accel_stats().cloned(),
+        ))
     });
     let data = payload(size);
     start.wait();
@@ -265,7 +326,7 @@ pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Resul
         }
         a.poll()?;
     }
-    let (delivered, last, receiver_stats) = receiver
+    let (delivered, last, receiver_stats, receiver_accel) = receiver
         .join()
         .map_err(|_| anyhow!("the receiver thread panicked"))??;
     Ok(StreamRun {
@@ -273,6 +334,8 @@ pub fn stream_udp(spec: &str, size: usize, count: u64, limit: Duration) -> Resul
         seconds: last.duration_since(t0).as_secs_f64(),
         sender: a.conn.stats().clone(),
         receiver: receiver_stats,
+        sender_accel: a.conn.accel_stats().cloned(),
+        receiver_accel,
     })
 }
 
@@ -328,4 +391,82 @@ pub fn static4_pair() -> Result<Pair<Static4>> {
         mk(Role::Responder)?,
         MemLink::perfect(),
     ))
+}
+
+/// Critical-path costs per message over the in-memory link, in nanoseconds (medians):
+/// application send until the datagram is handed to the link, and datagram from the link
+/// until the message is with the application. Deferred post-processing runs untimed between
+/// messages, as it would while the application is idle; without the accelerator there is
+/// none to defer, so the layered path's whole cost is on the critical path. The clock-read
+/// overhead, measured the same way, is subtracted.
+pub struct CriticalPath {
+    /// Median send critical path.
+    pub send_ns: f64,
+    /// Median delivery critical path.
+    pub deliver_ns: f64,
+}
+
+fn median(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0) as f64
+}
+
+/// Measure [`CriticalPath`] for `spec`, ping-pong style so acknowledgements keep flowing.
+pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<CriticalPath> {
+    let mut pair = mem_pair(spec, accel)?;
+    let data = payload(size);
+    let mut sends = Vec::with_capacity(rounds * 2);
+    let mut delivers = Vec::with_capacity(rounds * 2);
+    let mut clock = Vec::with_capacity(rounds);
+    let mut wire = Vec::with_capacity(2048);
+    for r in 0..rounds + rounds / 10 {
+        for dir in 0..2 {
+            let (from, to) = if dir == 0 {
+                (&mut pair.a, &mut pair.b)
+            } else {
+                (&mut pair.b, &mut pair.a)
+            };
+            let now = pair.now;
+            from.post_process(now);
+            to.post_process(now);
+            let t0 = Instant::now();
+            from.send(now, &data)?;
+            let t1 = Instant::now();
+            let Some(d) = from.poll_transmit() else {
+                bail!("round {r}: nothing was sent");
+            };
+            wire.clear();
+            wire.extend_from_slice(d.data());
+            from.recycle(d);
+            // Anything else queued (acks) goes over untimed first.
+            while let Some(x) = from.poll_transmit() {
+                to.handle_datagram(now, x.data());
+                from.recycle(x);
+            }
+            to.post_process(now);
+            let t2 = Instant::now();
+            to.handle_datagram(now, &wire);
+            let t3 = Instant::now();
+            let Some(m) = to.poll_delivery() else {
+                bail!("round {r}: nothing was delivered");
+            };
+            to.recycle(m);
+            while let Some(x) = to.poll_transmit() {
+                from.handle_datagram(now, x.data());
+                to.recycle(x);
+            }
+            if r >= rounds / 10 {
+                sends.push((t1 - t0).as_nanos() as u64);
+                delivers.push((t3 - t2).as_nanos() as u64);
+                let c0 = Instant::now();
+                let c1 = Instant::now();
+                clock.push((c1 - c0).as_nanos() as u64);
+            }
+        }
+    }
+    let overhead = median(&mut clock);
+    Ok(CriticalPath {
+        send_ns: (median(&mut sends) - overhead).max(0.0),
+        deliver_ns: (median(&mut delivers) - overhead).max(0.0),
+    })
 }

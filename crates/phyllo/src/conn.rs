@@ -318,18 +318,7 @@ impl<S: LayerSet> Connection<S> {
         for i in 0..self.timers.len() {
             if self.timers[i].is_some_and(|t| t <= now) {
                 self.timers[i] = None;
-                let mut cx = Cx {
-                    now,
-                    layer: i,
-                    layout: &self.layout,
-                    pool: &mut self.pool,
-                    queue: &mut self.queue,
-                    timer: &mut self.timers[i],
-                    counters: &mut self.stats.layers[i].1,
-                    disable: &mut self.disable,
-                    template: &self.template.bytes,
-                };
-                self.layers.on_timer_at(i, &mut cx);
+                self.with_cx(now, i, |layers, cx| layers.on_timer_at(i, cx));
             }
         }
         self.drain(now);
@@ -448,8 +437,8 @@ impl<S: LayerSet> Connection<S> {
         Some(self.kept.swap_remove(pos).1)
     }
 
-    pub(crate) fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
-        let view = hdr.view(&self.layout, self.layout.order());
+    /// Call into layer `i` with a context for its post-phase or timer.
+    fn with_cx(&mut self, now: Time, i: usize, f: impl FnOnce(&mut S, &mut Cx<'_>)) {
         let mut cx = Cx {
             now,
             layer: i,
@@ -461,23 +450,21 @@ impl<S: LayerSet> Connection<S> {
             disable: &mut self.disable,
             template: &self.template.bytes,
         };
-        self.layers.post_send_at(i, &view, h, &mut cx);
+        f(&mut self.layers, &mut cx);
+    }
+
+    pub(crate) fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+        self.with_cx(now, i, |layers, cx| {
+            let layout = cx.layout;
+            layers.post_send_at(i, &hdr.view(layout, layout.order()), h, cx)
+        });
     }
 
     pub(crate) fn post_deliver(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
-        let view = hdr.view(&self.layout, self.layout.order());
-        let mut cx = Cx {
-            now,
-            layer: i,
-            layout: &self.layout,
-            pool: &mut self.pool,
-            queue: &mut self.queue,
-            timer: &mut self.timers[i],
-            counters: &mut self.stats.layers[i].1,
-            disable: &mut self.disable,
-            template: &self.template.bytes,
-        };
-        self.layers.post_deliver_at(i, &view, h, &mut cx);
+        self.with_cx(now, i, |layers, cx| {
+            let layout = cx.layout;
+            layers.post_deliver_at(i, &hdr.view(layout, layout.order()), h, cx)
+        });
     }
 
     pub(crate) fn transmit(&mut self, mut m: Msg) {

@@ -88,6 +88,13 @@ impl<S: LayerSet> UdpDriver<S> {
         };
         self.absorb(n);
         self.tick()?;
+        if n == 0 && self.conn.needs_post_process() {
+            // Idle: the accelerator's deferred post-processing (and packed backlog) runs now,
+            // off the critical path.
+            let now = self.now();
+            self.conn.post_process(now);
+            self.flush()?;
+        }
         Ok(n)
     }
 
@@ -147,6 +154,12 @@ impl<S: LayerSet> UdpDriver<S> {
         loop {
             if let Some(m) = self.conn.poll_delivery() {
                 return Ok(Some(m));
+            }
+            if self.conn.needs_post_process() {
+                let now = self.now();
+                self.conn.post_process(now);
+                self.flush()?;
+                continue;
             }
             let now = Instant::now();
             if now >= deadline {

@@ -1,5 +1,6 @@
 //! The experiments registered with the report, in report order.
 
+mod accel;
 mod analyze;
 mod rawudp;
 mod rtt;
@@ -14,6 +15,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(stack::StackCost),
         Box::new(rtt::Rtt),
         Box::new(stream::Stream),
+        Box::new(accel::Accel),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]

@@ -49,11 +49,11 @@ impl Experiment for Rtt {
         let mut p3 = Vec::new();
         for _ in 0..reps {
             raw.extend(raw_pingpong(&PingPongConfig::new(rounds, 8))?.samples_ns);
-            p4.extend(rtt_udp(SPEC4, 8, rounds, true)?.samples_ns);
-            p3.extend(rtt_udp(SPEC3, 8, rounds, true)?.samples_ns);
+            p4.extend(rtt_udp(SPEC4, false, 8, rounds, true)?.samples_ns);
+            p3.extend(rtt_udp(SPEC3, false, 8, rounds, true)?.samples_ns);
         }
-        let m4 = rtt_mem(SPEC4, 8, rounds)?.samples_ns;
-        let m3 = rtt_mem(SPEC3, 8, rounds)?.samples_ns;
+        let m4 = rtt_mem(SPEC4, false, 8, rounds)?.samples_ns;
+        let m3 = rtt_mem(SPEC3, false, 8, rounds)?.samples_ns;
         let rows = [
             ("raw UDP ping-pong", "udp", raw),
             (SPEC4, "udp", p4),

@@ -33,10 +33,10 @@ impl Experiment for Stream {
             (1_000_000, Duration::from_secs(60))
         };
         let raw = raw_stream(&StreamConfig::new(count, 8))?;
-        let u4 = stream_udp(SPEC4, 8, count, limit)?;
-        let u3 = stream_udp(SPEC3, 8, count, limit)?;
-        let m4 = stream_mem(SPEC4, 8, count)?;
-        let m3 = stream_mem(SPEC3, 8, count)?;
+        let u4 = stream_udp(SPEC4, false, 8, count, limit)?;
+        let u3 = stream_udp(SPEC3, false, 8, count, limit)?;
+        let m4 = stream_mem(SPEC4, false, 8, count)?;
+        let m3 = stream_mem(SPEC3, false, 8, count)?;
         let mut table = Table {
             title: format!(
                 "{count} messages of 8 bytes, sender and receiver on their own threads (UDP)"

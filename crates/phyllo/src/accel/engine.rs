@@ -1,7 +1,7 @@
 //! The Protocol Accelerator in front of a connection's stack: seed 004 §3-4, Figure 3.
 //!
-//! - **send**: if the send header is disabled, post-processing is pending, or messages wait,
-//!   the message joins the backlog (and will leave packed). Otherwise the predicted header is
+//! - **send**: if the send header is disabled, post-sending is pending, or messages wait, the
+//!   message joins the backlog (and will leave packed). Otherwise the predicted header is
 //!   copied in, the send filter fills the message-specific fields, body-transforming layers
 //!   (`seal`) run, the preamble goes on and the datagram is out; post-sending is deferred. A
 //!   filter rejection takes the layered path (PRESEND).
@@ -130,15 +130,18 @@ pub(crate) fn declare(reg: &mut FieldRegistry) -> PaFields {
     }
 }
 
-enum Pending {
-    None,
-    Send {
-        hdr: HeaderCopy,
-        copies: Vec<(usize, Msg)>,
-    },
-    Deliver {
-        hdr: HeaderCopy,
-    },
+/// Deferred post-processing: at most one send and one delivery (seed 004 Table 3's `mode`
+/// and `pre_msg`, per direction).
+#[derive(Default)]
+struct Pending {
+    send: Option<(HeaderCopy, Vec<(usize, Msg)>)>,
+    deliver: Option<HeaderCopy>,
+}
+
+impl Pending {
+    fn is_none(&self) -> bool {
+        self.send.is_none() && self.deliver.is_none()
+    }
 }
 
 /// Per-connection accelerator state (seed 004 Table 3, both directions).
@@ -233,7 +236,7 @@ pub(crate) fn build<S: LayerSet>(
         predict_send: empty,
         predict_deliver: empty,
         proto_mask: layout.class_mask(&[FieldClass::ProtoSpecific]),
-        pending: Pending::None,
+        pending: Pending::default(),
         backlog: VecDeque::new(),
         backlog_bytes: 0,
         mtu,
@@ -365,9 +368,13 @@ impl<S: LayerSet> Connection<S> {
 
     /// Accelerated send (seed 004 Figure 3, `send`).
     pub(crate) fn pa_send(&mut self, now: Time, data: &[u8]) {
+        // A reply right after a delivery: finish that delivery's post-processing first, so the
+        // reply carries the up-to-date gossip (the acknowledgement of what it answers).
+        if self.pa().pending.deliver.is_some() {
+            self.post_deliver_pending(now);
+        }
         let pa = self.pa();
-        let queue =
-            !matches!(pa.pending, Pending::None) || !pa.backlog.is_empty() || self.disable[0] > 0;
+        let queue = pa.pending.send.is_some() || !pa.backlog.is_empty() || self.disable[0] > 0;
         if queue {
             self.backlog_push(data);
             return;
@@ -485,7 +492,7 @@ impl<S: LayerSet> Connection<S> {
         }
         let hdr = HeaderCopy::of(&m, hl);
         self.transmit(m);
-        self.pa().pending = Pending::Send { hdr, copies };
+        self.pa().pending.send = Some((hdr, copies));
     }
 
     /// Run the deferred post-processing, then send the backlog packed (seed 004 §3.4).
@@ -494,28 +501,18 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         loop {
-            let pending = std::mem::replace(&mut self.pa().pending, Pending::None);
-            match pending {
-                Pending::None => {}
-                Pending::Send { hdr, mut copies } => {
-                    for i in 0..self.layers.count() {
-                        let copy = copies
-                            .iter()
-                            .position(|(l, _)| *l == i)
-                            .map(|p| copies.swap_remove(p).1);
-                        self.post_send(now, i, &hdr, Handoff::Passed { copy });
-                    }
-                    self.drain(now);
-                    self.update_predictions();
+            if let Some((hdr, mut copies)) = self.pa().pending.send.take() {
+                for i in 0..self.layers.count() {
+                    let copy = copies
+                        .iter()
+                        .position(|(l, _)| *l == i)
+                        .map(|p| copies.swap_remove(p).1);
+                    self.post_send(now, i, &hdr, Handoff::Passed { copy });
                 }
-                Pending::Deliver { hdr } => {
-                    for i in (0..self.layers.count()).rev() {
-                        self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
-                    }
-                    self.drain(now);
-                    self.update_predictions();
-                }
+                self.drain(now);
+                self.update_predictions();
             }
+            self.post_deliver_pending(now);
             if self.disable[0] > 0 {
                 return;
             }
@@ -529,10 +526,20 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
+    fn post_deliver_pending(&mut self, now: Time) {
+        if let Some(hdr) = self.pa().pending.deliver.take() {
+            for i in (0..self.layers.count()).rev() {
+                self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+            }
+            self.drain(now);
+            self.update_predictions();
+        }
+    }
+
     /// Whether [`Connection::post_process`] would do something now.
     pub(crate) fn pa_actionable(&self) -> bool {
         self.pa.as_ref().is_some_and(|pa| {
-            !matches!(pa.pending, Pending::None) || (!pa.backlog.is_empty() && self.disable[0] == 0)
+            !pa.pending.is_none() || (!pa.backlog.is_empty() && self.disable[0] == 0)
         })
     }
 
@@ -540,7 +547,7 @@ impl<S: LayerSet> Connection<S> {
     pub(crate) fn pa_busy(&self) -> bool {
         self.pa
             .as_ref()
-            .is_some_and(|pa| !matches!(pa.pending, Pending::None) || !pa.backlog.is_empty())
+            .is_some_and(|pa| !pa.pending.is_none() || !pa.backlog.is_empty())
     }
 
     /// Put the preamble on an outgoing datagram, leaving the identification off once the peer
@@ -615,6 +622,11 @@ impl<S: LayerSet> Connection<S> {
             convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
         }
         let knows = read_bits(&m.data()[..hl], self.layout.loc(pa.f.cookie_ack), native) != 0;
+        if learn.is_none() && (pa.peer_knows_cookie || !knows) {
+            // The usual case: nothing to learn from this datagram.
+            self.pa_deliver(now, m);
+            return;
+        }
         let saved = (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie);
         if let Some((ident, cookie)) = learn {
             pa.conn_ident = Some(ident);
@@ -718,7 +730,7 @@ impl<S: LayerSet> Connection<S> {
         let pa = self.pa();
         pa.stats.fast_deliver_datagrams += 1;
         pa.stats.fast_deliver_msgs += delivered;
-        pa.pending = Pending::Deliver { hdr };
+        pa.pending.deliver = Some(hdr);
     }
 
     /// Hand a body to the application, unpacking it if packed; returns messages delivered.
