@@ -13,7 +13,9 @@
 //!   seed 000's iCPI simulator does); it runs at most `fetch_queue` instructions ahead of issue,
 //!   so i-cache misses can overlap data stalls;
 //! - an instruction issues when fetched, when its source registers and flags are ready, and
-//!   when fewer than `issue_width` instructions issued in that cycle; results are ready after
+//!   when fewer than `issue_width` instructions issued in that cycle; branches are predicted
+//!   perfectly (seed 003 finds its bimodal predictor almost as good as a perfect one), so they
+//!   never wait for their operands; results are ready after
 //!   the instruction's latency, plus for loads the data-access latency (L1 hit latency, or the
 //!   L2/memory latency on a miss: non-blocking, stall on use); stores retire into a write
 //!   buffer and never stall.
@@ -123,14 +125,22 @@ impl Pipe {
         }
         self.fetch = f;
         let mut t = self.cycle.max(f);
-        let mut r = insn.reads;
-        while r != 0 {
-            let b = r.trailing_zeros() as usize;
-            t = t.max(self.ready[b]);
-            r &= r - 1;
-        }
-        if insn.flags_read != 0 {
-            t = t.max(self.ready[FLAGS]);
+        // Branches are predicted (seed 003: its bimodal predictor is almost as good as a
+        // perfect one): they never wait for their operands.
+        let predicted = matches!(
+            insn.class,
+            Class::CondBranch | Class::UncondBranch | Class::CallRet
+        );
+        if !predicted {
+            let mut r = insn.reads;
+            while r != 0 {
+                let b = r.trailing_zeros() as usize;
+                t = t.max(self.ready[b]);
+                r &= r - 1;
+            }
+            if insn.flags_read != 0 {
+                t = t.max(self.ready[FLAGS]);
+            }
         }
         if t == self.cycle && self.in_cycle >= cfg.issue_width {
             t += 1;
@@ -272,6 +282,29 @@ mod tests {
             p.step(&cfg, &alu(1, 1), false, Served::L1, Served::L1);
         }
         assert_eq!(p.cycles(), 4);
+    }
+
+    #[test]
+    fn branches_do_not_wait() {
+        let cfg = TimingConfig {
+            issue_width: 1,
+            ..Default::default()
+        };
+        let mut p = Pipe::default();
+        let load = Insn {
+            class: Class::Load,
+            writes: 1,
+            ..alu(0, 1)
+        };
+        p.step(&cfg, &load, false, Served::L1, Served::Mem);
+        let jcc = Insn {
+            class: Class::CondBranch,
+            reads: 1,
+            flags_read: 1,
+            ..alu(0, 0)
+        };
+        p.step(&cfg, &jcc, false, Served::L1, Served::L1);
+        assert_eq!(p.cycles(), 2);
     }
 
     #[test]
