@@ -1,5 +1,5 @@
 //! The input path of a connection: arbitrary datagrams (and timer firings) into the 4-layer
-//! stack and a fragmenting unprotected stack. Nothing may panic; the sealed stack may never
+//! stack (layered and accelerated) and a fragmenting unprotected stack. Nothing may panic; the sealed stack may never
 //! deliver anything.
 #![no_main]
 
@@ -7,11 +7,18 @@ use libfuzzer_sys::fuzz_target;
 use phyllo::{Config, Connection, Role, Time};
 
 fuzz_target!(|data: &[u8]| {
-    let mut sealed =
-        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::new(Role::Responder))
-            .expect("valid spec");
-    let mut plain =
-        Connection::from_spec("frag(64):window(4)", Config::new(Role::Responder)).expect("valid spec");
+    let mut sealed = Connection::from_spec(
+        "frag(1400):window(16):checksum:seal",
+        Config::new(Role::Responder),
+    )
+    .expect("valid spec");
+    let mut accel = Connection::from_spec(
+        "frag(1400):window(16):checksum:seal",
+        Config::accelerated(Role::Responder),
+    )
+    .expect("valid spec");
+    let mut plain = Connection::from_spec("frag(64):window(4)", Config::new(Role::Responder))
+        .expect("valid spec");
     // The input is a sequence of datagrams, each prefixed with a one-byte length.
     let mut rest = data;
     let mut t = 0u64;
@@ -22,9 +29,22 @@ fuzz_target!(|data: &[u8]| {
         t += 1_000_000;
         sealed.handle_datagram(Time(t), d);
         plain.handle_datagram(Time(t), d);
+        accel.handle_datagram(Time(t), d);
+        accel.handle_timeout(Time(t));
+        accel.post_process(Time(t));
+        assert!(
+            accel.poll_delivery().is_none(),
+            "forged datagram delivered (accelerated)"
+        );
+        while let Some(m) = accel.poll_transmit() {
+            accel.recycle(m);
+        }
         sealed.handle_timeout(Time(t));
         plain.handle_timeout(Time(t));
-        assert!(sealed.poll_delivery().is_none(), "forged datagram delivered");
+        assert!(
+            sealed.poll_delivery().is_none(),
+            "forged datagram delivered"
+        );
         while let Some(m) = plain.poll_delivery() {
             plain.recycle(m);
         }

@@ -36,7 +36,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };
-    let Some(len) = rest.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize) else {
+    let Some(len) = rest
+        .get(..2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    else {
         return;
     };
     let rest = &rest[2..];

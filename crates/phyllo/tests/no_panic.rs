@@ -8,6 +8,10 @@ use std::cell::RefCell;
 thread_local! {
     static SEALED: RefCell<phyllo::DynConnection> = RefCell::new(
         Connection::from_spec("frag(1400):window(16):checksum:seal", Config::new(Role::Responder)).unwrap());
+    static ACCEL: RefCell<phyllo::DynConnection> = RefCell::new(
+        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::accelerated(Role::Responder)).unwrap());
+    static ACCEL_PLAIN: RefCell<phyllo::DynConnection> = RefCell::new(
+        Connection::from_spec("frag(200):window(4):checksum", Config::accelerated(Role::Responder)).unwrap());
     static PLAIN: RefCell<phyllo::DynConnection> = RefCell::new(
         Connection::from_spec("frag(200):window(4)", Config::new(Role::Responder)).unwrap());
 }
@@ -26,6 +30,28 @@ proptest! {
             while let Some(m) = c.poll_transmit() { c.recycle(m); }
             Ok(())
         })?;
+    }
+
+    #[test]
+    fn random_input_to_accelerated_stacks_never_panics_nor_delivers_forgeries(
+        bytes in proptest::collection::vec(any::<u8>(), 0..256), t in 0u64..1_000_000_000,
+    ) {
+        ACCEL.with(|c| {
+            let mut c = c.borrow_mut();
+            c.handle_datagram(Time(t), &bytes);
+            c.handle_timeout(Time(t));
+            c.post_process(Time(t));
+            prop_assert!(c.poll_delivery().is_none());
+            while let Some(m) = c.poll_transmit() { c.recycle(m); }
+            Ok(())
+        })?;
+        ACCEL_PLAIN.with(|c| {
+            let mut c = c.borrow_mut();
+            c.handle_datagram(Time(t), &bytes);
+            c.post_process(Time(t));
+            while let Some(m) = c.poll_delivery() { c.recycle(m); }
+            while let Some(m) = c.poll_transmit() { c.recycle(m); }
+        });
     }
 
     #[test]
