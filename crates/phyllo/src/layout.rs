@@ -15,7 +15,7 @@ use thiserror::Error;
 pub const ACCEL_LAYER: usize = usize::MAX;
 
 /// The largest header area a layout may produce, in bytes.
-pub const MAX_HEADER: usize = 96;
+pub const MAX_HEADER: usize = 64;
 
 /// A layout could not be compiled.
 #[derive(Debug, Error, PartialEq, Eq)]

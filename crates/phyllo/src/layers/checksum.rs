@@ -4,14 +4,14 @@
 //! message, not on protocol state. The 16-bit field covers the header fields of every layer
 //! above it and the body, so a corrupted sequence number is caught as surely as a corrupted
 //! payload byte. (Fields of layers below are written after it, as in any layered stack.) The
-//! covered fields are summed in a canonical big-endian image, so the value does not depend on
+//! covered fields are summed by value (each as four 16-bit words), so the checksum does not depend on
 //! the sender's byte order.
 
 use crate::accel::filter::{DigestId, Op, Segment};
-use crate::field::{canonical_image, ByteOrder, FieldClass, FieldHandle, FieldLoc};
+use crate::field::{read_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
-use crate::layout::{FieldRegistry, MAX_HEADER};
+use crate::layout::FieldRegistry;
 
 /// The one's-complement sum of `parts` taken as one byte string, folded to 16 bits and
 /// complemented (RFC 1071). Parts of odd length are handled as if concatenated.
@@ -80,14 +80,24 @@ impl Checksum {
     }
 }
 
-/// The checksum over the `fields` of `header` (read in `order`) and the body. The fields are
-/// copied into a big-endian image of the header first, so the result does not depend on the
-/// sender's byte order: a receiver that converts the header computes the same value.
+/// The checksum over the `fields` of `header` (read in `order`) and the body: the one's
+/// complement sum of each field's value (as four 16-bit words) and of the body's words. Field
+/// values, not header bytes, are summed, so the result does not depend on the sender's byte
+/// order (a receiver that converts the header computes the same value) and costs one read per
+/// field instead of a header image (measured with callgrind: the image was a quarter of the
+/// accelerator's instructions).
 pub fn covered_checksum(header: &[u8], order: ByteOrder, fields: &[FieldLoc], body: &[u8]) -> u16 {
-    let mut img = [0u8; MAX_HEADER];
-    let img = &mut img[..header.len().min(MAX_HEADER)];
-    canonical_image(header, order, fields, img);
-    internet_checksum(&[img, body])
+    let mut sum: u64 = 0;
+    for &l in fields {
+        let v = read_bits(header, l, order);
+        sum += (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
+    }
+    let b = !internet_checksum(&[body]) as u64;
+    sum += b;
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 impl Layer for Checksum {

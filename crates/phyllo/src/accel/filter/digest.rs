@@ -52,8 +52,8 @@ pub enum Digest {
     InetChecksum,
     /// The body length in bytes (the same value as `PUSH_SIZE`).
     BodyLen,
-    /// The Internet checksum of the filter's *cover* fields (read from the header in its byte
-    /// order and laid out big-endian, see [`crate::layers::covered_checksum`]) followed by the
+    /// The Internet checksum of the values of the filter's *cover* fields (read from the header in
+    /// its byte order, see [`crate::layers::covered_checksum`]) and of the
     /// body: the `checksum` layer's value, which protects the header fields of the layers
     /// above it too. The cover is fixed when the filter is built
     /// ([`VerifiedFilter::with_cover`](super::VerifiedFilter::with_cover)); it must not include
