@@ -1,0 +1,200 @@
+//! What users pick instead of phyllo: quinn (QUIC over UDP, TLS 1.3) measured on loopback in
+//! the same run as phyllo, for seed 004's basic figures — round-trip latency of small messages
+//! and small-message streaming throughput (issue 3's `accel.rtt_ratio_vs_quinn`).
+//!
+//! Each end runs on its own thread with its own single-threaded tokio runtime, as phyllo's
+//! measurements run each end on its own thread. Messages travel on one bidirectional QUIC
+//! stream (reliable, ordered: the same service as phyllo's window layer); the certificate is
+//! self-signed for `localhost` and trusted by the client. Everything is bounded by a deadline.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Why a quinn measurement failed.
+#[derive(Debug, Error)]
+pub enum QuinnError {
+    /// Setting up TLS or the endpoints failed.
+    #[error("quinn setup: {0}")]
+    Setup(String),
+    /// The exchange failed or ran past its deadline.
+    #[error("quinn exchange: {0}")]
+    Exchange(String),
+}
+
+fn setup<E: std::fmt::Display>(e: E) -> QuinnError {
+    QuinnError::Setup(e.to_string())
+}
+
+fn exchange<E: std::fmt::Display>(e: E) -> QuinnError {
+    QuinnError::Exchange(e.to_string())
+}
+
+struct Configs {
+    server: quinn::ServerConfig,
+    client: quinn::ClientConfig,
+}
+
+fn configs() -> Result<Configs, QuinnError> {
+    // Both may already be installed by an earlier run in this process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).map_err(setup)?;
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let server = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key).map_err(setup)?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).map_err(setup)?;
+    let client = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).map_err(setup)?;
+    Ok(Configs { server, client })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, QuinnError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(setup)
+}
+
+/// Start the echo server on its own thread; returns its address.
+fn server(
+    cfg: quinn::ServerConfig,
+    echo: bool,
+    deadline: Duration,
+) -> Result<SocketAddr, QuinnError> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let rt = match runtime() {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let ep = match quinn::Endpoint::server(cfg, SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            {
+                Ok(ep) => ep,
+                Err(e) => {
+                    let _ = tx.send(Err(setup(e)));
+                    return;
+                }
+            };
+            let _ = tx.send(ep.local_addr().map_err(setup));
+            let serve = async {
+                let conn = ep.accept().await?.await.ok()?;
+                let (mut send, mut recv) = conn.accept_bi().await.ok()?;
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(Some(n)) = recv.read(&mut buf).await {
+                    if echo {
+                        send.write_all(&buf[..n]).await.ok()?;
+                    }
+                }
+                if !echo {
+                    send.write_all(b"done").await.ok()?;
+                }
+                let _ = send.finish();
+                conn.closed().await;
+                Some(())
+            };
+            let _ = tokio::time::timeout(deadline, serve).await;
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .map_err(|_| setup("server thread did not start"))?
+}
+
+async fn connect(
+    client: quinn::ClientConfig,
+    server: SocketAddr,
+) -> Result<(quinn::Endpoint, quinn::Connection), QuinnError> {
+    let mut ep =
+        quinn::Endpoint::client(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).map_err(setup)?;
+    ep.set_default_client_config(client);
+    let conn = ep
+        .connect(server, "localhost")
+        .map_err(setup)?
+        .await
+        .map_err(setup)?;
+    Ok((ep, conn))
+}
+
+/// Round trips of `size`-byte messages echoed on one bidirectional stream: nanoseconds of each
+/// of `rounds` round trips after a 10 % warm-up.
+pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
+    let deadline = Duration::from_secs(120);
+    let c = configs()?;
+    let addr = server(c.server, true, deadline)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let run = async {
+            let (ep, conn) = connect(c.client, addr).await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(exchange)?;
+            let msg = vec![7u8; size];
+            let mut back = vec![0u8; size];
+            let warm = (rounds / 10).min(1000);
+            let mut samples = Vec::with_capacity(rounds);
+            for r in 0..rounds + warm {
+                let t0 = Instant::now();
+                send.write_all(&msg).await.map_err(exchange)?;
+                recv.read_exact(&mut back).await.map_err(exchange)?;
+                if r >= warm {
+                    samples.push(t0.elapsed().as_nanos() as u64);
+                }
+            }
+            let _ = send.finish();
+            conn.close(0u32.into(), b"done");
+            ep.wait_idle().await;
+            Ok(samples)
+        };
+        tokio::time::timeout(deadline, run)
+            .await
+            .map_err(|_| exchange("deadline passed"))?
+    })
+}
+
+/// Messages per second of a one-way stream of `count` `size`-byte writes on one stream,
+/// from the first write until the receiver has read them all.
+pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
+    let deadline = Duration::from_secs(120);
+    let c = configs()?;
+    let addr = server(c.server, false, deadline)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let run = async {
+            let (ep, conn) = connect(c.client, addr).await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(exchange)?;
+            let msg = vec![7u8; size];
+            let t0 = Instant::now();
+            for _ in 0..count {
+                send.write_all(&msg).await.map_err(exchange)?;
+            }
+            send.finish().map_err(exchange)?;
+            // The server answers once it has read everything.
+            let mut done = [0u8; 4];
+            recv.read_exact(&mut done).await.map_err(exchange)?;
+            let secs = t0.elapsed().as_secs_f64();
+            conn.close(0u32.into(), b"done");
+            ep.wait_idle().await;
+            Ok(count as f64 / secs.max(1e-9))
+        };
+        tokio::time::timeout(deadline, run)
+            .await
+            .map_err(|_| exchange("deadline passed"))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoes_and_streams_on_loopback() {
+        let s = quinn_rtt(8, 200).expect("quinn round trips");
+        assert_eq!(s.len(), 200);
+        assert!(s.iter().all(|&x| x > 0));
+        let rate = quinn_stream(8, 10_000).expect("quinn stream");
+        assert!(rate > 0.0);
+    }
+}
