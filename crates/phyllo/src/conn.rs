@@ -389,29 +389,7 @@ impl<S: LayerSet> Connection<S> {
     /// Pre-send from layer `from` down; on reaching the bottom, post-send and transmit.
     pub(crate) fn run_send(&mut self, now: Time, from: usize, mut m: Msg) {
         let n = self.layers.count();
-        let order = self.layout.order();
-        let mut stop = None;
-        {
-            let mut pkt = Packet {
-                msg: &mut m,
-                layout: &self.layout,
-                order,
-                now,
-                layer: from,
-                pool: &mut self.pool,
-                kept: &mut self.kept,
-            };
-            for i in from..n {
-                pkt.layer = i;
-                match self.layers.pre_send_at(i, &mut pkt) {
-                    Verdict::Continue => {}
-                    v => {
-                        stop = Some((i, v));
-                        break;
-                    }
-                }
-            }
-        }
+        let stop = self.pre_phases(now, from..n, true, &mut m);
         if let Some((i, Verdict::Drop(r))) = stop {
             self.stats.layers[i].1.count(r);
             self.pool.free(m);
@@ -435,6 +413,38 @@ impl<S: LayerSet> Connection<S> {
     fn take_kept(&mut self, layer: usize) -> Option<Msg> {
         let pos = self.kept.iter().position(|(l, _)| *l == layer)?;
         Some(self.kept.swap_remove(pos).1)
+    }
+
+    /// Run the pre-phases of `layers` in that order on `m` — `pre_send` if `send`, else
+    /// `pre_deliver` — until one does not continue: that layer and its verdict.
+    pub(crate) fn pre_phases(
+        &mut self,
+        now: Time,
+        layers: impl Iterator<Item = usize>,
+        send: bool,
+        m: &mut Msg,
+    ) -> Option<(usize, Verdict)> {
+        let mut pkt = Packet {
+            msg: m,
+            layout: &self.layout,
+            order: self.layout.order(),
+            now,
+            layer: 0,
+            pool: &mut self.pool,
+            kept: &mut self.kept,
+        };
+        for i in layers {
+            pkt.layer = i;
+            let v = if send {
+                self.layers.pre_send_at(i, &mut pkt)
+            } else {
+                self.layers.pre_deliver_at(i, &mut pkt)
+            };
+            if v != Verdict::Continue {
+                return Some((i, v));
+            }
+        }
+        None
     }
 
     /// Call into layer `i` with a context for its post-phase or timer.
@@ -483,35 +493,13 @@ impl<S: LayerSet> Connection<S> {
     /// Pre-deliver from layer `below - 1` up; on reaching the top, post-deliver and hand the
     /// body to the application.
     pub(crate) fn run_deliver(&mut self, now: Time, below: usize, mut m: Msg) {
-        let order = self.layout.order();
         let hl = self.layout.header_len();
         if m.len() < hl {
             self.stats.truncated += 1;
             self.pool.free(m);
             return;
         }
-        let mut stop = None;
-        {
-            let mut pkt = Packet {
-                msg: &mut m,
-                layout: &self.layout,
-                order,
-                now,
-                layer: below,
-                pool: &mut self.pool,
-                kept: &mut self.kept,
-            };
-            for i in (0..below).rev() {
-                pkt.layer = i;
-                match self.layers.pre_deliver_at(i, &mut pkt) {
-                    Verdict::Continue => {}
-                    v => {
-                        stop = Some((i, v));
-                        break;
-                    }
-                }
-            }
-        }
+        let stop = self.pre_phases(now, (0..below).rev(), false, &mut m);
         for (_, k) in self.kept.drain(..) {
             self.pool.free(k);
         }

@@ -24,7 +24,7 @@ use crate::accel::filter::{
 use crate::accel::preamble::{Preamble, COOKIE_MASK, PREAMBLE_LEN};
 use crate::conn::Connection;
 use crate::field::{read_bits, write_bits, ByteOrder, FieldClass, FieldHandle};
-use crate::layer::{Handoff, HeaderCopy, Packet, Predict, Verdict};
+use crate::layer::{Handoff, HeaderCopy, Predict, Verdict};
 use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
 use crate::msg::Msg;
 use crate::stack::LayerSet;
@@ -462,28 +462,13 @@ impl<S: LayerSet> Connection<S> {
             copies.push((i, self.pool.alloc_copy(m.data())));
         }
         let transform = std::mem::take(&mut pa.transform);
-        let mut dropped = None;
-        {
-            let mut pkt = Packet {
-                msg: &mut m,
-                layout: &self.layout,
-                order,
-                now,
-                layer: 0,
-                pool: &mut self.pool,
-                kept: &mut self.kept,
-            };
-            for &i in &transform {
-                pkt.layer = i;
-                if let Verdict::Drop(r) = self.layers.pre_send_at(i, &mut pkt) {
-                    dropped = Some((i, r));
-                    break;
-                }
-            }
-        }
+        let stop = self.pre_phases(now, transform.iter().copied(), true, &mut m);
         self.pa().transform = transform;
-        if let Some((i, r)) = dropped {
-            self.stats.layers[i].1.count(r);
+        if let Some((i, v)) = stop {
+            // Only a drop can stop a body transform on the send path.
+            if let Verdict::Drop(r) = v {
+                self.stats.layers[i].1.count(r);
+            }
             self.pool.free(m);
             for (_, c) in copies {
                 self.pool.free(c);
@@ -651,28 +636,7 @@ impl<S: LayerSet> Connection<S> {
         // Body transforms (decryption) at the bottom of the stack run first, as they would on
         // the layered path: the filter must see the plaintext.
         let k = self.pa().bottom_transforms;
-        let mut stop = None;
-        {
-            let mut pkt = Packet {
-                msg: &mut m,
-                layout: &self.layout,
-                order: native,
-                now,
-                layer: n,
-                pool: &mut self.pool,
-                kept: &mut self.kept,
-            };
-            for i in (n - k..n).rev() {
-                pkt.layer = i;
-                match self.layers.pre_deliver_at(i, &mut pkt) {
-                    Verdict::Continue => {}
-                    v => {
-                        stop = Some((i, v));
-                        break;
-                    }
-                }
-            }
-        }
+        let stop = self.pre_phases(now, (n - k..n).rev(), false, &mut m);
         for (_, c) in self.kept.drain(..) {
             self.pool.free(c);
         }
