@@ -43,6 +43,8 @@ pub struct Config {
     pub mtu: usize,
     /// Byte order of the accelerator's headers (the preamble announces it).
     pub order: ByteOrder,
+    /// The accelerator's cookie for this end (random when `None`; tests force collisions).
+    pub cookie: Option<u64>,
 }
 
 impl Config {
@@ -57,6 +59,7 @@ impl Config {
             accelerate: false,
             mtu: 1400,
             order: ByteOrder::NATIVE,
+            cookie: None,
         }
     }
 
@@ -200,8 +203,14 @@ impl<S: LayerSet> Connection<S> {
                 )?
                 .with_class_spans_of(&layout);
             }
-            let pa =
-                crate::accel::build(&layers, &layout, f, cfg.mtu, cfg.role == Role::Initiator)?;
+            let pa = crate::accel::build(
+                &layers,
+                &layout,
+                f,
+                cfg.mtu,
+                cfg.role == Role::Initiator,
+                cfg.cookie,
+            )?;
             (layout, Some(Box::new(pa)))
         } else {
             (Layout::per_layer_aligned(reg.specs(), n, 4)?, None)

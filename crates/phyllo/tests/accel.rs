@@ -4,6 +4,7 @@
 
 mod common;
 use common::*;
+use phyllo::accel::preamble::Preamble;
 use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::{Faults, MemLink};
@@ -294,4 +295,84 @@ fn forged_and_truncated_input_is_counted_and_dropped() {
     // The genuine one still goes through.
     b.handle_datagram(Time(2), &d);
     assert_eq!(b.poll_delivery().unwrap().data(), b"first");
+}
+
+#[test]
+fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
+    use phyllo::accel::Endpoint;
+    let mk = |cookie| {
+        let mut c = Config::accelerated(Role::Initiator);
+        c.cookie = Some(cookie);
+        Connection::from_spec(SPEC3, c).unwrap()
+    };
+    // Two initiators whose cookies collide, one with its own.
+    let mut peers = [mk(42), mk(42), mk(7)];
+    let mut ep: Endpoint<phyllo::stack::DynStack> = Endpoint::new(
+        Some(Box::new(|| {
+            Connection::from_spec(SPEC3, Config::accelerated(Role::Responder))
+        })),
+        8,
+    );
+    let mut route = vec![usize::MAX; 3];
+    let mut got: Vec<Vec<Vec<u8>>> = vec![vec![]; 3];
+    let msgs: Vec<Vec<u8>> = (0..300).map(|i| payload(i, 1 + i % 50)).collect();
+    let mut t = 0u64;
+    for round in 0..20_000 {
+        t += 50_000;
+        let now = Time(t);
+        if round < msgs.len() {
+            for p in peers.iter_mut() {
+                p.send(now, &msgs[round]).unwrap();
+            }
+        }
+        for (k, p) in peers.iter_mut().enumerate() {
+            p.handle_timeout(now);
+            p.post_process(now);
+            while let Some(d) = p.poll_transmit() {
+                if let Some(i) = ep.handle_datagram(now, d.data()) {
+                    route[k] = i;
+                }
+                p.recycle(d);
+            }
+        }
+        for (k, p) in peers.iter_mut().enumerate() {
+            if route[k] == usize::MAX {
+                continue;
+            }
+            let c = &mut ep.connections()[route[k]];
+            c.handle_timeout(now);
+            c.post_process(now);
+            while let Some(m) = c.poll_delivery() {
+                got[k].push(m.data().to_vec());
+            }
+            while let Some(d) = c.poll_transmit() {
+                p.handle_datagram(now, d.data());
+            }
+        }
+        if round > msgs.len() && got.iter().all(|g| g.len() == msgs.len()) {
+            break;
+        }
+    }
+    for (k, g) in got.iter().enumerate() {
+        assert!(
+            g == &msgs,
+            "peer {k}: {} of {} in order",
+            g.len(),
+            msgs.len()
+        );
+    }
+    let s = ep.stats().clone();
+    assert_eq!(s.collisions, 1, "{s:?}");
+    assert_eq!(s.accepted, 3, "{s:?}");
+    // A cookie nobody knows, without identification, is counted and dropped.
+    let mut forged = Preamble {
+        conn_id_present: false,
+        order: phyllo::field::ByteOrder::NATIVE,
+        cookie: 999,
+    }
+    .to_bytes()
+    .to_vec();
+    forged.extend_from_slice(&[0; 20]);
+    assert_eq!(ep.handle_datagram(Time(t), &forged), None);
+    assert_eq!(ep.stats().unknown_cookie, s.unknown_cookie + 1);
 }

@@ -152,6 +152,9 @@ pub(crate) struct Pa {
     cookie: u64,
     peer_cookie: Option<u64>,
     peer_knows_cookie: bool,
+    /// Never tell the peer we know its cookie (an endpoint found it ambiguous): the peer then
+    /// keeps sending the identification.
+    cookie_ack_blocked: bool,
     conn_ident: Option<u64>,
     conn_id_len: usize,
     predict_send: HeaderCopy,
@@ -181,6 +184,7 @@ pub(crate) fn build<S: LayerSet>(
     f: PaFields,
     mtu: usize,
     initiator: bool,
+    forced_cookie: Option<u64>,
 ) -> Result<Pa, crate::accel::filter::VerifyError> {
     let n = layers.count();
     let table = FieldTable::new(layout.header_len(), layout.locs().to_vec());
@@ -218,7 +222,9 @@ pub(crate) fn build<S: LayerSet>(
         seed[..8].copy_from_slice(&t.to_le_bytes());
         seed[8..].copy_from_slice(&(std::process::id() as u64).to_le_bytes());
     }
-    let cookie = u64::from_le_bytes(seed[..8].try_into().unwrap_or([1; 8])) & COOKIE_MASK;
+    let cookie = forced_cookie
+        .unwrap_or_else(|| u64::from_le_bytes(seed[..8].try_into().unwrap_or([1; 8])))
+        & COOKIE_MASK;
     let ident = u64::from_le_bytes(seed[8..].try_into().unwrap_or([2; 8]));
     let empty = HeaderCopy {
         bytes: [0; MAX_HEADER],
@@ -231,6 +237,7 @@ pub(crate) fn build<S: LayerSet>(
         cookie,
         peer_cookie: None,
         peer_knows_cookie: false,
+        cookie_ack_blocked: false,
         conn_ident: initiator.then_some(ident),
         conn_id_len: layout.conn_id_len(),
         predict_send: empty,
@@ -324,7 +331,7 @@ impl<S: LayerSet> Connection<S> {
             &mut ps[..hl],
             self.layout.loc(pa.f.cookie_ack),
             order,
-            pa.peer_cookie.is_some() as u64,
+            (pa.peer_cookie.is_some() && !pa.cookie_ack_blocked) as u64,
         );
         let mut pd = [0u8; MAX_HEADER];
         for i in 0..self.layers.count() {
@@ -362,7 +369,7 @@ impl<S: LayerSet> Connection<S> {
             &mut t.bytes[..hl],
             self.layout.loc(pa.f.cookie_ack),
             order,
-            pa.peer_cookie.is_some() as u64,
+            (pa.peer_cookie.is_some() && !pa.cookie_ack_blocked) as u64,
         );
     }
 
@@ -607,7 +614,7 @@ impl<S: LayerSet> Connection<S> {
             convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
         }
         let knows = read_bits(&m.data()[..hl], self.layout.loc(pa.f.cookie_ack), native) != 0;
-        if learn.is_none() && (pa.peer_knows_cookie || !knows) {
+        if learn.is_none() && knows == pa.peer_knows_cookie {
             // The usual case: nothing to learn from this datagram.
             self.pa_deliver(now, m);
             return;
@@ -617,7 +624,9 @@ impl<S: LayerSet> Connection<S> {
             pa.conn_ident = Some(ident);
             pa.peer_cookie = Some(cookie);
         }
-        pa.peer_knows_cookie |= knows;
+        // Not sticky: a peer that stops acknowledging our cookie (its endpoint found it
+        // ambiguous) gets the identification again.
+        pa.peer_knows_cookie = knows;
         self.update_template();
         let drops_before = self.stats.input_drops();
         self.pa_deliver(now, m);
@@ -728,6 +737,36 @@ impl<S: LayerSet> Connection<S> {
         self.pa.as_ref().is_some_and(|pa| {
             read_bits(hdr, self.layout.loc(pa.f.packed), self.layout.order()) != 0
         })
+    }
+
+    /// Where the accelerator's connection identification lives in the header area.
+    pub(crate) fn conn_ident_loc(&self) -> Option<crate::field::FieldLoc> {
+        self.pa.as_ref().map(|pa| self.layout.loc(pa.f.conn))
+    }
+
+    /// This end's cookie (the one its datagrams carry), if accelerated.
+    pub fn cookie(&self) -> Option<u64> {
+        self.pa.as_ref().map(|pa| pa.cookie)
+    }
+
+    /// The peer's cookie, once learnt from a datagram with the identification.
+    pub fn peer_cookie(&self) -> Option<u64> {
+        self.pa.as_ref().and_then(|pa| pa.peer_cookie)
+    }
+
+    /// The connection identification (the initiator's choice), once known.
+    pub fn conn_ident(&self) -> Option<u64> {
+        self.pa.as_ref().and_then(|pa| pa.conn_ident)
+    }
+
+    /// Stop telling the peer that its cookie is known, so it keeps sending the
+    /// identification: used by an [`Endpoint`](crate::accel::Endpoint) that found the cookie
+    /// shared by two connections.
+    pub fn block_cookie_ack(&mut self) {
+        if let Some(pa) = self.pa.as_mut() {
+            pa.cookie_ack_blocked = true;
+        }
+        self.update_predictions();
     }
 
     /// Counters of the accelerator, if this connection has one.
