@@ -313,7 +313,7 @@ fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
         })),
         8,
     );
-    let mut route = vec![usize::MAX; 3];
+    let mut route = [usize::MAX; 3];
     let mut got: Vec<Vec<Vec<u8>>> = vec![vec![]; 3];
     let msgs: Vec<Vec<u8>> = (0..300).map(|i| payload(i, 1 + i % 50)).collect();
     let mut t = 0u64;
