@@ -136,7 +136,17 @@ pub fn read_bits(hdr: &[u8], loc: FieldLoc, order: ByteOrder) -> u64 {
     let first = (loc.bit_offset / 8) as usize;
     let shift = loc.bit_offset % 8;
     let nbytes = (shift + loc.bits as u32).div_ceil(8) as usize;
-    // Fast path: whole bytes, aligned.
+    // Fast path: a full 8-byte window inside the header (fixed-size load, no memcpy call).
+    if nbytes <= 8 {
+        if let Some(w) = hdr.get(first..first + 8) {
+            let w: [u8; 8] = w.try_into().unwrap_or([0; 8]);
+            return match order {
+                ByteOrder::Big => (u64::from_be_bytes(w) << shift) >> (64 - loc.bits as u32),
+                ByteOrder::Little => (u64::from_le_bytes(w) >> shift) & loc.max_value(),
+            };
+        }
+    }
+    // Whole bytes, aligned.
     if shift == 0 && loc.bits.is_multiple_of(8) && first + nbytes <= hdr.len() {
         let b = &hdr[first..first + nbytes];
         let mut v = 0u64;
@@ -145,6 +155,18 @@ pub fn read_bits(hdr: &[u8], loc: FieldLoc, order: ByteOrder) -> u64 {
             ByteOrder::Little => b.iter().rev().for_each(|&x| v = (v << 8) | x as u64),
         }
         return v;
+    }
+    if nbytes <= 8 {
+        // Within one 8-byte window: one load, a shift and a mask.
+        let mut w = [0u8; 8];
+        let avail = hdr.len().saturating_sub(first).min(nbytes);
+        if avail > 0 {
+            w[..avail].copy_from_slice(&hdr[first..first + avail]);
+        }
+        return match order {
+            ByteOrder::Big => (u64::from_be_bytes(w) << shift) >> (64 - loc.bits as u32),
+            ByteOrder::Little => (u64::from_le_bytes(w) >> shift) & loc.max_value(),
+        };
     }
     let mut acc: u128 = 0;
     for i in 0..nbytes {
@@ -169,6 +191,24 @@ pub fn write_bits(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) {
     let first = (loc.bit_offset / 8) as usize;
     let shift = loc.bit_offset % 8;
     let nbytes = (shift + loc.bits as u32).div_ceil(8) as usize;
+    if nbytes <= 8 {
+        if let Some(b) = hdr.get_mut(first..first + 8) {
+            let w: [u8; 8] = (&*b).try_into().unwrap_or([0; 8]);
+            let out = match order {
+                ByteOrder::Big => {
+                    let s = 64 - shift - loc.bits as u32;
+                    let m = loc.max_value() << s;
+                    ((u64::from_be_bytes(w) & !m) | (value << s)).to_be_bytes()
+                }
+                ByteOrder::Little => {
+                    let m = loc.max_value() << shift;
+                    ((u64::from_le_bytes(w) & !m) | (value << shift)).to_le_bytes()
+                }
+            };
+            b.copy_from_slice(&out);
+            return;
+        }
+    }
     if shift == 0 && loc.bits.is_multiple_of(8) && first + nbytes <= hdr.len() {
         let b = &mut hdr[first..first + nbytes];
         match order {
@@ -183,6 +223,31 @@ pub fn write_bits(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) {
                 }
             }
         }
+        return;
+    }
+    if nbytes <= 8 {
+        let avail = hdr.len().saturating_sub(first).min(nbytes);
+        if avail == 0 {
+            return;
+        }
+        let mut w = [0u8; 8];
+        w[..avail].copy_from_slice(&hdr[first..first + avail]);
+        let w = match order {
+            ByteOrder::Big => {
+                let s = 64 - shift - loc.bits as u32;
+                let m = loc.max_value() << s;
+                (u64::from_be_bytes(w) & !m) | (value << s)
+            }
+            ByteOrder::Little => {
+                let m = loc.max_value() << shift;
+                (u64::from_le_bytes(w) & !m) | (value << shift)
+            }
+        };
+        let bytes = match order {
+            ByteOrder::Big => w.to_be_bytes(),
+            ByteOrder::Little => w.to_le_bytes(),
+        };
+        hdr[first..first + avail].copy_from_slice(&bytes[..avail]);
         return;
     }
     let mask: u128 = loc.max_value() as u128;
@@ -274,6 +339,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn short_headers_never_panic(off in 0u32..120, bits in 1u8..=64, v: u64, big: bool, len in 0usize..12) {
+            let order = if big { ByteOrder::Big } else { ByteOrder::Little };
+            let loc = FieldLoc { bit_offset: off, bits };
+            let mut b = vec![0xA5u8; len];
+            write_bits(&mut b, loc, order, v);
+            let r = read_bits(&b, loc, order);
+            if loc.fits(len) {
+                prop_assert_eq!(r, v & loc.max_value());
+            }
+        }
+
         #[test]
         fn write_then_read_roundtrips_and_spares_neighbours(
             off in 0u32..100, bits in 1u8..=64, v: u64, big: bool, fill: u8,
