@@ -119,6 +119,25 @@ pub fn rtt_mem(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<Rt
     })
 }
 
+/// Two ends of `spec` over a connected pair of loopback sockets, sharing one clock epoch;
+/// `big_buffers` asks for 4 MiB socket buffers (streaming).
+fn udp_pair(spec: &str, accel: bool, big_buffers: bool) -> Result<(UdpDriver, UdpDriver)> {
+    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
+    if big_buffers {
+        la.set_send_buffer_size(4 << 20).ok();
+        lb.set_recv_buffer_size(4 << 20).ok();
+    }
+    let epoch = Instant::now();
+    let end = |role, link| -> Result<UdpDriver> {
+        Ok(UdpDriver::new(
+            Connection::from_spec(spec, config(role, accel))?,
+            link,
+            epoch,
+        ))
+    };
+    Ok((end(Role::Initiator, la)?, end(Role::Responder, lb)?))
+}
+
 /// Ping-pong over UDP loopback; both ends busy-poll (or block in the kernel).
 pub fn rtt_udp(spec: &str, accel: bool, size: usize, rounds: usize, busy: bool) -> Result<RttRun> {
     rtt_udp_paced(spec, accel, size, rounds, busy, None)
@@ -135,18 +154,7 @@ pub fn rtt_udp_paced(
     busy: bool,
     pace: Option<Duration>,
 ) -> Result<RttRun> {
-    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
-    let epoch = Instant::now();
-    let mut a = UdpDriver::new(
-        Connection::from_spec(spec, config(Role::Initiator, accel))?,
-        la,
-        epoch,
-    );
-    let mut b = UdpDriver::new(
-        Connection::from_spec(spec, config(Role::Responder, accel))?,
-        lb,
-        epoch,
-    );
+    let (mut a, mut b) = udp_pair(spec, accel, false)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop_b = stop.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -273,20 +281,7 @@ pub fn stream_udp(
     count: u64,
     limit: Duration,
 ) -> Result<StreamRun> {
-    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
-    la.set_send_buffer_size(4 << 20).ok();
-    lb.set_recv_buffer_size(4 << 20).ok();
-    let epoch = Instant::now();
-    let mut a = UdpDriver::new(
-        Connection::from_spec(spec, config(Role::Initiator, accel))?,
-        la,
-        epoch,
-    );
-    let mut b = UdpDriver::new(
-        Connection::from_spec(spec, config(Role::Responder, accel))?,
-        lb,
-        epoch,
-    );
+    let (mut a, mut b) = udp_pair(spec, accel, true)?;
     let start = Arc::new(Barrier::new(2));
     let done = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + limit;

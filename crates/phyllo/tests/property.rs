@@ -9,18 +9,18 @@ use phyllo::link::memlink::MemLink;
 
 const SCHEDULES: u64 = 1000;
 
-#[test]
-fn reliable_fifo_exactly_once_under_faults_dynamic() {
+/// Run `SCHEDULES` seeded fault schedules through pairs made by `pair`.
+fn check<S: phyllo::LayerSet>(salt: u64, mut pair: impl FnMut(MemLink) -> Pair<S>) {
     for seed in 0..SCHEDULES {
-        let mut r = rng(seed);
+        let mut r = rng(seed ^ salt);
         let f = faults(&mut r);
         let msgs: Vec<Vec<u8>> = sizes(&mut r, 10)
             .into_iter()
             .enumerate()
             .map(|(i, n)| payload(i, n))
             .collect();
-        let mut pair = Pair::from_spec_with(SPEC4, MemLink::new(f.clone(), seed)).unwrap();
-        let got = exchange(&mut pair, &msgs);
+        let mut p = pair(MemLink::new(f.clone(), seed));
+        let got = exchange(&mut p, &msgs);
         assert!(
             got == msgs,
             "seed {seed} faults {f:?}: got {} of {} messages (or wrong bytes)",
@@ -28,41 +28,21 @@ fn reliable_fifo_exactly_once_under_faults_dynamic() {
             msgs.len()
         );
     }
+}
+
+#[test]
+fn reliable_fifo_exactly_once_under_faults_dynamic() {
+    check(0, |link| Pair::from_spec_with(SPEC4, link).unwrap());
 }
 
 #[test]
 fn reliable_fifo_exactly_once_under_faults_static() {
-    for seed in 0..SCHEDULES {
-        let mut r = rng(seed ^ 0x5eed);
-        let f = faults(&mut r);
-        let msgs: Vec<Vec<u8>> = sizes(&mut r, 10)
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| payload(i, n))
-            .collect();
-        let mut pair = static_pair(MemLink::new(f.clone(), seed));
-        let got = exchange(&mut pair, &msgs);
-        assert!(
-            got == msgs,
-            "seed {seed} faults {f:?}: got {} of {} messages (or wrong bytes)",
-            got.len(),
-            msgs.len()
-        );
-    }
+    check(0x5eed, static_pair);
 }
 
 #[test]
 fn unsealed_stack_too() {
-    for seed in 0..200 {
-        let mut r = rng(seed ^ 0xabc);
-        let f = faults(&mut r);
-        let msgs: Vec<Vec<u8>> = sizes(&mut r, 10)
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| payload(i, n))
-            .collect();
-        let mut pair =
-            Pair::from_spec_with("frag(1400):window(16):checksum", MemLink::new(f, seed)).unwrap();
-        assert!(exchange(&mut pair, &msgs) == msgs, "seed {seed}");
-    }
+    check(0xabc, |link| {
+        Pair::from_spec_with("frag(1400):window(16):checksum", link).unwrap()
+    });
 }
