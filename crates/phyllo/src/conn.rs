@@ -240,6 +240,7 @@ impl<S: LayerSet> Connection<S> {
                 len: 0,
             },
         };
+        c.update_template();
         c.update_predictions();
         Ok(c)
     }

@@ -319,20 +319,11 @@ impl<S: LayerSet> Connection<S> {
 
     /// Recompute the predicted send and delivery headers from the layers' state.
     pub(crate) fn update_predictions(&mut self) {
-        self.update_template();
         let Some(pa) = self.pa.as_mut() else { return };
         let hl = self.layout.header_len();
-        let mut ps = [0u8; MAX_HEADER];
-        let order = self.layout.order();
-        if let Some(id) = pa.conn_ident {
-            write_bits(&mut ps[..hl], self.layout.loc(pa.f.conn), order, id);
-        }
-        write_bits(
-            &mut ps[..hl],
-            self.layout.loc(pa.f.cookie_ack),
-            order,
-            (pa.peer_cookie.is_some() && !pa.cookie_ack_blocked) as u64,
-        );
+        // The send prediction starts from the template: the accelerator's own fields
+        // (identification, cookie acknowledgement), kept current by `update_template`.
+        let mut ps = self.template.bytes;
         let mut pd = [0u8; MAX_HEADER];
         for i in 0..self.layers.count() {
             self.layers.predict_send_at(
@@ -355,7 +346,8 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// The header area layer-originated messages start from: the accelerator's fields only.
-    fn update_template(&mut self) {
+    /// Called whenever the identification or the cookie state changes.
+    pub(crate) fn update_template(&mut self) {
         let Some(pa) = self.pa.as_ref() else { return };
         let hl = self.layout.header_len();
         let order = self.layout.order();
@@ -634,6 +626,7 @@ impl<S: LayerSet> Connection<S> {
             let pa = self.pa();
             (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie) = saved;
             self.update_template();
+            self.update_predictions();
         }
     }
 
@@ -766,6 +759,7 @@ impl<S: LayerSet> Connection<S> {
         if let Some(pa) = self.pa.as_mut() {
             pa.cookie_ack_blocked = true;
         }
+        self.update_template();
         self.update_predictions();
     }
 

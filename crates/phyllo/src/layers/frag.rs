@@ -208,10 +208,6 @@ impl Layer for Frag {
         }
     }
 
-    fn busy(&self) -> bool {
-        false
-    }
-
     /// Seed 004 §6: oversize messages fail the send filter and take the layered path.
     fn send_filter(&self, seg: &mut Segment) {
         seg.extend([
