@@ -119,6 +119,24 @@ impl BinOp {
 }
 
 impl Op {
+    /// The binary operations of Table 2: arithmetic and bitwise (ADD, SUB, ...), then the
+    /// comparisons (EQ, NE, LT, ...).
+    pub const BINARY: [Op; 13] = [
+        Op::Add,
+        Op::Sub,
+        Op::And,
+        Op::Or,
+        Op::Xor,
+        Op::Shl,
+        Op::Shr,
+        Op::Eq,
+        Op::Ne,
+        Op::Lt,
+        Op::Le,
+        Op::Gt,
+        Op::Ge,
+    ];
+
     /// The binary operation this op performs, if it is one.
     pub fn binop(self) -> Option<BinOp> {
         Some(match self {
@@ -758,21 +776,7 @@ mod tests {
             Just(Op::PushSize),
             any::<u16>().prop_map(|d| Op::Digest(DigestId(d))),
             any::<u16>().prop_map(|i| Op::PopField(h(i as usize))),
-            prop::sample::select(vec![
-                Op::Add,
-                Op::Sub,
-                Op::And,
-                Op::Or,
-                Op::Xor,
-                Op::Shl,
-                Op::Shr,
-                Op::Eq,
-                Op::Ne,
-                Op::Lt,
-                Op::Le,
-                Op::Gt,
-                Op::Ge
-            ]),
+            prop::sample::select(Op::BINARY.to_vec()),
             any::<u64>().prop_map(Op::Return),
             any::<u64>().prop_map(Op::Abort),
         ]

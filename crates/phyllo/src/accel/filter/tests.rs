@@ -463,21 +463,7 @@ fn table_strategy() -> impl Strategy<Value = FieldTable> {
 
 /// Build a program from raw choices, stack-aware so that it always verifies.
 fn stack_aware_program(choices: &[(u8, u64)], fields: usize, dir: Direction) -> Program {
-    const BIN: [Op; 13] = [
-        Op::Add,
-        Op::Sub,
-        Op::And,
-        Op::Or,
-        Op::Xor,
-        Op::Shl,
-        Op::Shr,
-        Op::Eq,
-        Op::Ne,
-        Op::Lt,
-        Op::Le,
-        Op::Gt,
-        Op::Ge,
-    ];
+    const BIN: [Op; 13] = Op::BINARY;
     let mut ops = Vec::with_capacity(choices.len() + 1);
     let mut depth = 0usize;
     for &(c, k) in choices {
@@ -551,21 +537,7 @@ fn wild_op() -> impl Strategy<Value = Op> {
         Just(Op::PushSize),
         (0u16..4).prop_map(|d| Op::Digest(DigestId(d))),
         (0usize..8).prop_map(|i| Op::PopField(h(i))),
-        prop::sample::select(vec![
-            Op::Add,
-            Op::Sub,
-            Op::And,
-            Op::Or,
-            Op::Xor,
-            Op::Shl,
-            Op::Shr,
-            Op::Eq,
-            Op::Ne,
-            Op::Lt,
-            Op::Le,
-            Op::Gt,
-            Op::Ge
-        ]),
+        prop::sample::select(Op::BINARY.to_vec()),
         (0u64..4).prop_map(Op::Return),
         (0u64..4).prop_map(Op::Abort),
     ]
