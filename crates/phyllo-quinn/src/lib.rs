@@ -120,33 +120,25 @@ async fn connect(
     Ok((ep, conn))
 }
 
-/// Round trips of `size`-byte messages echoed on one bidirectional stream: nanoseconds of each
-/// of `rounds` round trips after a 10 % warm-up.
-pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
+/// Run `exchange` as the client of a fresh server (echoing or not) on one bidirectional
+/// stream, then close the connection; all of it within the deadline.
+fn with_stream<T, F, Fut>(echo: bool, exchange_fn: F) -> Result<T, QuinnError>
+where
+    F: FnOnce(quinn::SendStream, quinn::RecvStream) -> Fut,
+    Fut: std::future::Future<Output = Result<T, QuinnError>>,
+{
     let deadline = Duration::from_secs(120);
     let c = configs()?;
-    let addr = server(c.server, true, deadline)?;
+    let addr = server(c.server, echo, deadline)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let run = async {
             let (ep, conn) = connect(c.client, addr).await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(exchange)?;
-            let msg = vec![7u8; size];
-            let mut back = vec![0u8; size];
-            let warm = (rounds / 10).min(1000);
-            let mut samples = Vec::with_capacity(rounds);
-            for r in 0..rounds + warm {
-                let t0 = Instant::now();
-                send.write_all(&msg).await.map_err(exchange)?;
-                recv.read_exact(&mut back).await.map_err(exchange)?;
-                if r >= warm {
-                    samples.push(t0.elapsed().as_nanos() as u64);
-                }
-            }
-            let _ = send.finish();
+            let (send, recv) = conn.open_bi().await.map_err(exchange)?;
+            let out = exchange_fn(send, recv).await?;
             conn.close(0u32.into(), b"done");
             ep.wait_idle().await;
-            Ok(samples)
+            Ok(out)
         };
         tokio::time::timeout(deadline, run)
             .await
@@ -154,34 +146,41 @@ pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
     })
 }
 
+/// Round trips of `size`-byte messages echoed on one bidirectional stream: nanoseconds of each
+/// of `rounds` round trips after a 10 % warm-up.
+pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
+    with_stream(true, |mut send, mut recv| async move {
+        let msg = vec![7u8; size];
+        let mut back = vec![0u8; size];
+        let warm = (rounds / 10).min(1000);
+        let mut samples = Vec::with_capacity(rounds);
+        for r in 0..rounds + warm {
+            let t0 = Instant::now();
+            send.write_all(&msg).await.map_err(exchange)?;
+            recv.read_exact(&mut back).await.map_err(exchange)?;
+            if r >= warm {
+                samples.push(t0.elapsed().as_nanos() as u64);
+            }
+        }
+        let _ = send.finish();
+        Ok(samples)
+    })
+}
+
 /// Messages per second of a one-way stream of `count` `size`-byte writes on one stream,
 /// from the first write until the receiver has read them all.
 pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
-    let deadline = Duration::from_secs(120);
-    let c = configs()?;
-    let addr = server(c.server, false, deadline)?;
-    let rt = runtime()?;
-    rt.block_on(async move {
-        let run = async {
-            let (ep, conn) = connect(c.client, addr).await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(exchange)?;
-            let msg = vec![7u8; size];
-            let t0 = Instant::now();
-            for _ in 0..count {
-                send.write_all(&msg).await.map_err(exchange)?;
-            }
-            send.finish().map_err(exchange)?;
-            // The server answers once it has read everything.
-            let mut done = [0u8; 4];
-            recv.read_exact(&mut done).await.map_err(exchange)?;
-            let secs = t0.elapsed().as_secs_f64();
-            conn.close(0u32.into(), b"done");
-            ep.wait_idle().await;
-            Ok(count as f64 / secs.max(1e-9))
-        };
-        tokio::time::timeout(deadline, run)
-            .await
-            .map_err(|_| exchange("deadline passed"))?
+    with_stream(false, |mut send, mut recv| async move {
+        let msg = vec![7u8; size];
+        let t0 = Instant::now();
+        for _ in 0..count {
+            send.write_all(&msg).await.map_err(exchange)?;
+        }
+        send.finish().map_err(exchange)?;
+        // The server answers once it has read everything.
+        let mut done = [0u8; 4];
+        recv.read_exact(&mut done).await.map_err(exchange)?;
+        Ok(count as f64 / t0.elapsed().as_secs_f64().max(1e-9))
     })
 }
 
