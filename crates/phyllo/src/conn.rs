@@ -192,17 +192,7 @@ impl<S: LayerSet> Connection<S> {
         }
         let (layout, pa) = if cfg.accelerate {
             let f = crate::accel::declare(&mut reg);
-            let mut layout = Layout::compact(reg.specs(), n)?;
-            if cfg.order != layout.order() {
-                layout = Layout::from_locs(
-                    reg.specs(),
-                    n,
-                    layout.locs().to_vec(),
-                    layout.header_len(),
-                    cfg.order,
-                )?
-                .with_class_spans_of(&layout);
-            }
+            let layout = Layout::compact(reg.specs(), n, cfg.order)?;
             let pa = crate::accel::build(
                 &layers,
                 &layout,

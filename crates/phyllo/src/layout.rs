@@ -186,8 +186,13 @@ impl Layout {
     /// are packed bit-tight into one region, each class contiguous (so a prediction compares
     /// or copies one bit range). Within a class, requested offsets are honoured first; the
     /// rest go largest first into the lowest free bits, byte-aligned when alignment costs no
-    /// extra byte. Fields are written in this machine's byte order.
-    pub fn compact(specs: &[FieldSpec], layers: usize) -> Result<Layout, LayoutError> {
+    /// extra byte. Fields are written in `order` (normally [`ByteOrder::NATIVE`]; the preamble
+    /// tells the receiver).
+    pub fn compact(
+        specs: &[FieldSpec],
+        layers: usize,
+        order: ByteOrder,
+    ) -> Result<Layout, LayoutError> {
         let mut locs = vec![
             FieldLoc {
                 bit_offset: 0,
@@ -198,13 +203,13 @@ impl Layout {
         let mut class_spans = [(0u32, 0u32); 4];
         let mut base = 0u32;
         // ConnId, then ProtoSpecific, Gossip, MsgSpecific.
-        let order = [
+        let wire_order = [
             FieldClass::ConnId,
             FieldClass::ProtoSpecific,
             FieldClass::Gossip,
             FieldClass::MsgSpecific,
         ];
-        for class in order {
+        for class in wire_order {
             let idx: Vec<usize> = (0..specs.len())
                 .filter(|&i| specs[i].class == class)
                 .collect();
@@ -231,11 +236,11 @@ impl Layout {
             return Err(LayoutError::TooLarge(header_len));
         }
         let upper_fields = upper_fields(specs, &locs, layers);
-        let field_mask = field_mask(&locs, header_len, ByteOrder::NATIVE);
+        let field_mask = field_mask(&locs, header_len, order);
         Ok(Layout {
             locs,
             header_len,
-            order: ByteOrder::NATIVE,
+            order,
             layer_spans: Vec::new(),
             upper_fields,
             field_mask,
@@ -249,13 +254,6 @@ impl Layout {
             .iter()
             .zip(&self.field_mask)
             .all(|(h, m)| h & !m == 0)
-    }
-
-    /// The same layout with the class spans of `other` (after re-deriving it in another byte
-    /// order with [`Layout::from_locs`]).
-    pub fn with_class_spans_of(mut self, other: &Layout) -> Layout {
-        self.class_spans = other.class_spans;
-        self
     }
 
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
@@ -523,7 +521,7 @@ mod tests {
     fn compact_layout_packs_by_class_without_padding() {
         let r = three_layer_registry();
         let per_layer = Layout::per_layer_aligned(r.specs(), 3, 4).unwrap();
-        let compact = Layout::compact(r.specs(), 3).unwrap();
+        let compact = Layout::compact(r.specs(), 3, ByteOrder::NATIVE).unwrap();
         assert_eq!(per_layer.header_len(), 16);
         // 19 protocol-specific + 16 gossip + 16 message-specific bits = 51 bits.
         assert_eq!(compact.header_len(), 7);
@@ -557,7 +555,7 @@ mod tests {
         r.add_field(FieldClass::ConnId, "flag", 3, None);
         r.add_field(FieldClass::MsgSpecific, "len", 16, None);
         r.add_field(FieldClass::MsgSpecific, "at5", 4, Some(20));
-        let l = Layout::compact(r.specs(), 1).unwrap();
+        let l = Layout::compact(r.specs(), 1, ByteOrder::NATIVE).unwrap();
         assert_eq!(
             l.conn_id_len(),
             9,

@@ -383,7 +383,7 @@ impl<S: LayerSet> Connection<S> {
         self.send_one(now, m, false, 1);
     }
 
-    /// Whether the backlog can take `len` more bytes.
+    /// Whether the backlog can take another message (it is bounded in bytes).
     pub(crate) fn pa_can_accept(&self) -> bool {
         self.pa
             .as_ref()
