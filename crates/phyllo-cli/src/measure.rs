@@ -407,6 +407,22 @@ fn median(v: &mut [u64]) -> f64 {
 }
 
 /// Measure [`CriticalPath`] for `spec`, ping-pong style so acknowledgements keep flowing.
+/// The send critical path as one function, so callgrind's `--toggle-collect=phyllo_cp_send`
+/// counts exactly its instructions.
+#[inline(never)]
+#[no_mangle]
+pub fn phyllo_cp_send(c: &mut phyllo::DynConnection, now: phyllo::Time, data: &[u8]) -> Result<()> {
+    c.send(now, data)?;
+    Ok(())
+}
+
+/// The delivery critical path as one function (`--toggle-collect=phyllo_cp_deliver`).
+#[inline(never)]
+#[no_mangle]
+pub fn phyllo_cp_deliver(c: &mut phyllo::DynConnection, now: phyllo::Time, wire: &[u8]) {
+    c.handle_datagram(now, wire);
+}
+
 pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<CriticalPath> {
     let mut pair = mem_pair(spec, accel)?;
     let data = payload(size);
@@ -425,7 +441,7 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
             from.post_process(now);
             to.post_process(now);
             let t0 = Instant::now();
-            from.send(now, &data)?;
+            phyllo_cp_send(from, now, &data)?;
             let t1 = Instant::now();
             let Some(d) = from.poll_transmit() else {
                 bail!("round {r}: nothing was sent");
@@ -440,7 +456,7 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
             }
             to.post_process(now);
             let t2 = Instant::now();
-            to.handle_datagram(now, &wire);
+            phyllo_cp_deliver(to, now, &wire);
             let t3 = Instant::now();
             let Some(m) = to.poll_delivery() else {
                 bail!("round {r}: nothing was delivered");

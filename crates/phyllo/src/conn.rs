@@ -252,7 +252,11 @@ impl<S: LayerSet> Connection<S> {
 
     /// Whether [`send`](Self::send) would accept a message now.
     pub fn can_send(&self) -> bool {
-        self.layers.can_accept() && self.pa_can_accept()
+        if self.pa.is_some() {
+            self.pa_can_accept()
+        } else {
+            self.layers.can_accept()
+        }
     }
 
     /// Nothing to transmit, no timer pending, no layer busy.
@@ -274,6 +278,8 @@ impl<S: LayerSet> Connection<S> {
                 max: self.cfg.max_message,
             });
         }
+        // With the accelerator its bounded backlog stands in front of the layers' own: a
+        // message reaches the layers only when no layer disables the send header.
         if !self.can_send() {
             return Err(SendError::WouldBlock);
         }

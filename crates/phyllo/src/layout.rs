@@ -7,7 +7,7 @@
 //! Protocol Accelerator's compact layout is measured against. Every datagram starts with the
 //! whole header area ([`Layout::header_len`] bytes), followed by the body.
 
-use crate::field::{write_bits, ByteOrder, FieldClass, FieldHandle, FieldLoc, FieldSpec};
+use crate::field::{write_bits, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec};
 use thiserror::Error;
 
 /// The layer index under which the Protocol Accelerator registers its own fields: above
@@ -97,7 +97,7 @@ pub struct Layout {
     /// Byte range of each layer's own header (per-layer layouts) for listings.
     layer_spans: Vec<(usize, usize)>,
     /// Per layer `i`: the fields of the layers above `i` (and of the accelerator).
-    upper_fields: Vec<Vec<FieldLoc>>,
+    upper_fields: Vec<Cover>,
     /// The bits that belong to some field (the rest is padding and must be zero).
     field_mask: Vec<u8>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
@@ -167,7 +167,7 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_fields = upper_fields(specs, &locs, layers);
+        let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, ByteOrder::Big);
         Ok(Layout {
             locs,
@@ -235,7 +235,7 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_fields = upper_fields(specs, &locs, layers);
+        let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, order);
         Ok(Layout {
             locs,
@@ -259,7 +259,12 @@ impl Layout {
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
     /// cover with a checksum, since lower layers write their fields after it.
     pub fn upper_fields(&self, layer: usize) -> &[FieldLoc] {
-        self.upper_fields.get(layer).map_or(&[], |m| m.as_slice())
+        self.upper_fields.get(layer).map_or(&[], |c| c.locs())
+    }
+
+    /// [`Layout::upper_fields`] resolved for this layout's header length.
+    pub fn upper_cover(&self, layer: usize) -> Option<&Cover> {
+        self.upper_fields.get(layer)
     }
 
     /// The bit range `[start, end)` of a class in a compact layout (empty in per-layer ones).
@@ -310,7 +315,7 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_fields = upper_fields(specs, &locs, layers);
+        let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, order);
         Ok(Layout {
             locs,
@@ -362,15 +367,21 @@ fn field_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8>
     m
 }
 
-fn upper_fields(specs: &[FieldSpec], locs: &[FieldLoc], layers: usize) -> Vec<Vec<FieldLoc>> {
+fn upper_fields(
+    specs: &[FieldSpec],
+    locs: &[FieldLoc],
+    layers: usize,
+    header_len: usize,
+) -> Vec<Cover> {
     (0..layers)
         .map(|layer| {
-            specs
+            let upper: Vec<FieldLoc> = specs
                 .iter()
                 .zip(locs)
                 .filter(|(s, _)| s.layer < layer || s.layer == ACCEL_LAYER)
                 .map(|(_, l)| *l)
-                .collect()
+                .collect();
+            Cover::new(&upper, header_len)
         })
         .collect()
 }

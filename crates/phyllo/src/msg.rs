@@ -78,17 +78,36 @@ impl Msg {
 
     /// Prepend `n` zeroed bytes and return them. Uses the headroom; only if it is too small is
     /// the content moved (once) to make room.
+    #[inline]
     pub fn push_front(&mut self, n: usize) -> &mut [u8] {
-        if n > self.start {
-            let grow = (n - self.start).max(HEADROOM);
-            self.buf.splice(0..0, std::iter::repeat_n(0, grow));
-            self.start += grow;
-            self.end += grow;
-        }
-        self.start -= n;
-        let s = &mut self.buf[self.start..self.start + n];
+        let s = self.reserve_front(n);
         s.fill(0);
         s
+    }
+
+    /// Prepend a copy of `bytes` (like [`push_front`](Self::push_front) without zeroing first).
+    #[inline]
+    pub fn prepend(&mut self, bytes: &[u8]) {
+        self.reserve_front(bytes.len()).copy_from_slice(bytes);
+    }
+
+    /// Move the start back by `n` bytes (growing the headroom if it is too small) and return
+    /// them, unwritten.
+    #[inline]
+    fn reserve_front(&mut self, n: usize) -> &mut [u8] {
+        if n > self.start {
+            self.grow_front(n);
+        }
+        self.start -= n;
+        &mut self.buf[self.start..self.start + n]
+    }
+
+    #[cold]
+    fn grow_front(&mut self, n: usize) {
+        let grow = (n - self.start).max(HEADROOM);
+        self.buf.splice(0..0, std::iter::repeat_n(0, grow));
+        self.start += grow;
+        self.end += grow;
     }
 
     /// Remove `n` bytes from the front; `false` (and nothing removed) if the message is shorter.
@@ -102,6 +121,7 @@ impl Msg {
     }
 
     /// Append bytes at the end (uses the tailroom; grows the buffer when it is too small).
+    #[inline]
     pub fn extend_from_slice(&mut self, data: &[u8]) {
         self.buf.truncate(self.end);
         self.buf.extend_from_slice(data);

@@ -161,7 +161,8 @@ pub(crate) struct Pa {
     predict_deliver: HeaderCopy,
     proto_mask: Vec<u8>,
     pending: Pending,
-    /// Bodies waiting to be sent: packed (a sequence of varint length + bytes) or single.
+    /// Bodies waiting to be sent (no header area yet): packed (a sequence of varint length +
+    /// bytes) or single, with the number of messages each carries.
     backlog: VecDeque<(Msg, bool, u64)>,
     backlog_bytes: usize,
     mtu: usize,
@@ -174,6 +175,8 @@ pub(crate) struct Pa {
     /// be checked by the filter, so every delivery takes the layered path.
     fast_deliver: bool,
     copy: Vec<usize>,
+    /// An empty list kept for the next send's retransmission copies (no allocation per send).
+    spare_copies: Vec<(usize, Msg)>,
     pub(crate) stats: AccelStats,
 }
 
@@ -261,6 +264,7 @@ pub(crate) fn build<S: LayerSet>(
                 .count()
         },
         copy: (0..n).filter(|&i| layers.wants_copy_at(i)).collect(),
+        spare_copies: Vec::new(),
         stats: AccelStats::default(),
     })
 }
@@ -317,32 +321,33 @@ impl<S: LayerSet> Connection<S> {
         self.pa.as_mut().expect("accelerated connection")
     }
 
-    /// Recompute the predicted send and delivery headers from the layers' state.
+    /// Recompute the predicted send and delivery headers from the layers' state, in place:
+    /// the send prediction starts from the template (the accelerator's own fields, kept
+    /// current by `update_template`), the delivery prediction from zero (only its
+    /// protocol-specific bits are compared).
     pub(crate) fn update_predictions(&mut self) {
         let Some(pa) = self.pa.as_mut() else { return };
         let hl = self.layout.header_len();
-        // The send prediction starts from the template: the accelerator's own fields
-        // (identification, cookie acknowledgement), kept current by `update_template`.
-        let mut ps = self.template.bytes;
-        let mut pd = [0u8; MAX_HEADER];
+        let ps = &mut pa.predict_send.bytes[..hl];
+        ps.copy_from_slice(&self.template.bytes[..hl]);
+        let pd = &mut pa.predict_deliver.bytes[..hl];
+        pd.fill(0);
         for i in 0..self.layers.count() {
             self.layers.predict_send_at(
                 i,
                 &mut Predict {
-                    bytes: &mut ps[..hl],
+                    bytes: &mut *ps,
                     layout: &self.layout,
                 },
             );
             self.layers.predict_deliver_at(
                 i,
                 &mut Predict {
-                    bytes: &mut pd[..hl],
+                    bytes: &mut *pd,
                     layout: &self.layout,
                 },
             );
         }
-        pa.predict_send.bytes = ps;
-        pa.predict_deliver.bytes = pd;
     }
 
     /// The header area layer-originated messages start from: the accelerator's fields only.
@@ -378,8 +383,7 @@ impl<S: LayerSet> Connection<S> {
             self.backlog_push(data);
             return;
         }
-        let mut m = self.pool.alloc_copy(data);
-        m.push_front(self.layout.header_len());
+        let m = self.pool.alloc_copy(data);
         self.send_one(now, m, false, 1);
     }
 
@@ -396,14 +400,11 @@ impl<S: LayerSet> Connection<S> {
         let pa = self.pa.as_mut().expect("accelerated connection");
         if need > mtu {
             pa.backlog_bytes += data.len();
-            let mut m = self.pool.alloc_copy(data);
-            m.push_front(self.layout.header_len());
-            pa.backlog.push_back((m, false, 1));
+            pa.backlog.push_back((self.pool.alloc_copy(data), false, 1));
             return;
         }
-        let hl = self.layout.header_len();
         match pa.backlog.back_mut() {
-            Some((m, true, count)) if m.len() - hl + need <= mtu => {
+            Some((m, true, count)) if m.len() + need <= mtu => {
                 pa.backlog_bytes += need;
                 put_varint(m, data.len());
                 m.extend_from_slice(data);
@@ -412,7 +413,6 @@ impl<S: LayerSet> Connection<S> {
             _ => {
                 pa.backlog_bytes += need;
                 let mut m = self.pool.alloc();
-                m.push_front(hl);
                 put_varint(&mut m, data.len());
                 m.extend_from_slice(data);
                 pa.backlog.push_back((m, true, 1));
@@ -420,19 +420,21 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
-    /// Send one message (header area + body) on the fast path if it can, else layered.
+    /// Send one body on the fast path if it can, else layered: the predicted header goes in
+    /// front of it.
     fn send_one(&mut self, now: Time, mut m: Msg, packed: bool, msgs: u64) {
         let hl = self.layout.header_len();
         let order = self.layout.order();
         let pa = self.pa.as_mut().expect("accelerated connection");
-        m.data_mut()[..hl].copy_from_slice(&pa.predict_send.bytes[..hl]);
-        write_bits(
-            &mut m.data_mut()[..hl],
-            self.layout.loc(pa.f.packed),
-            order,
-            packed as u64,
-        );
+        m.prepend(&pa.predict_send.bytes[..hl]);
         if packed {
+            // The prediction says "not packed" (a message-specific field starts at zero).
+            write_bits(
+                &mut m.data_mut()[..hl],
+                self.layout.loc(pa.f.packed),
+                order,
+                1,
+            );
             pa.stats.packed_datagrams += 1;
             pa.stats.packed_msgs += msgs;
             pa.stats.max_pack = pa.stats.max_pack.max(msgs);
@@ -456,22 +458,28 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         pa.stats.fast_send_msgs += msgs;
-        let mut copies = Vec::new();
+        let mut copies = std::mem::take(&mut pa.spare_copies);
         for &i in &pa.copy {
             copies.push((i, self.pool.alloc_copy(m.data())));
         }
-        let transform = std::mem::take(&mut pa.transform);
-        let stop = self.pre_phases(now, transform.iter().copied(), true, &mut m);
-        self.pa().transform = transform;
+        let stop = if pa.transform.is_empty() {
+            None
+        } else {
+            let transform = std::mem::take(&mut pa.transform);
+            let stop = self.pre_phases(now, transform.iter().copied(), true, &mut m);
+            self.pa().transform = transform;
+            stop
+        };
         if let Some((i, v)) = stop {
             // Only a drop can stop a body transform on the send path.
             if let Verdict::Drop(r) = v {
                 self.stats.layers[i].1.count(r);
             }
             self.pool.free(m);
-            for (_, c) in copies {
+            for (_, c) in copies.drain(..) {
                 self.pool.free(c);
             }
+            self.pa().spare_copies = copies;
             return;
         }
         let hdr = HeaderCopy::of(&m, hl);
@@ -493,6 +501,11 @@ impl<S: LayerSet> Connection<S> {
                         .map(|p| copies.swap_remove(p).1);
                     self.post_send(now, i, &hdr, Handoff::Passed { copy });
                 }
+                // Copies no layer took (none, unless a layer was removed) go back to the pool.
+                for (_, c) in copies.drain(..) {
+                    self.pool.free(c);
+                }
+                self.pa().spare_copies = copies;
                 self.drain(now);
                 self.update_predictions();
             }
@@ -503,9 +516,8 @@ impl<S: LayerSet> Connection<S> {
             let Some((m, packed, count)) = self.pa().backlog.pop_front() else {
                 return;
             };
-            let hl = self.layout.header_len();
             let pa = self.pa();
-            pa.backlog_bytes = pa.backlog_bytes.saturating_sub(m.len() - hl);
+            pa.backlog_bytes = pa.backlog_bytes.saturating_sub(m.len());
             self.send_one(now, m, packed, count);
         }
     }
@@ -556,7 +568,9 @@ impl<S: LayerSet> Connection<S> {
 
     /// Accelerated receive (seed 004 Figure 3, `from_network`).
     pub(crate) fn pa_receive(&mut self, now: Time, mut m: Msg) {
-        self.post_process(now);
+        if self.pa_actionable() {
+            self.post_process(now);
+        }
         let hl = self.layout.header_len();
         let native = self.layout.order();
         let conn_field = self.pa().f.conn;
@@ -598,9 +612,14 @@ impl<S: LayerSet> Connection<S> {
             }
             // Restore the identification left off the wire, in the sender's byte order like
             // the rest of the header (converted below with it).
-            let ident = pa.conn_ident.unwrap_or(0);
-            let h = m.push_front(cid);
-            write_bits(h, conn_loc, pre.order, ident);
+            if pre.order == native {
+                // The template holds the identification, in native order, in its first bytes.
+                m.prepend(&self.template.bytes[..cid]);
+            } else {
+                let ident = pa.conn_ident.unwrap_or(0);
+                let h = m.push_front(cid);
+                write_bits(h, conn_loc, pre.order, ident);
+            }
         }
         if pre.order != native {
             convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
@@ -638,10 +657,15 @@ impl<S: LayerSet> Connection<S> {
         // Body transforms (decryption) at the bottom of the stack run first, as they would on
         // the layered path: the filter must see the plaintext.
         let k = self.pa().bottom_transforms;
-        let stop = self.pre_phases(now, (n - k..n).rev(), false, &mut m);
-        for (_, c) in self.kept.drain(..) {
-            self.pool.free(c);
-        }
+        let stop = if k == 0 {
+            None
+        } else {
+            let stop = self.pre_phases(now, (n - k..n).rev(), false, &mut m);
+            for (_, c) in self.kept.drain(..) {
+                self.pool.free(c);
+            }
+            stop
+        };
         if let Some((i, v)) = stop {
             // Refused below: finish on the layered path from there.
             let hdr = HeaderCopy::of(&m, hl);
@@ -667,12 +691,7 @@ impl<S: LayerSet> Connection<S> {
             match pa.deliver_filter.run(&mut FilterCtx::deliver(h, native, b)) {
                 0 if self.disable[1] > 0 || !pa.fast_deliver => Some(Miss::Disabled),
                 0 => {
-                    let pd = &pa.predict_deliver.bytes[..hl];
-                    let same = h
-                        .iter()
-                        .zip(pd)
-                        .zip(&pa.proto_mask)
-                        .all(|((a, b), k)| (a ^ b) & k == 0);
+                    let same = masked_eq(h, &pa.predict_deliver.bytes[..hl], &pa.proto_mask);
                     (!same).then_some(Miss::Mismatch)
                 }
                 MISS_FRAGMENT => Some(Miss::Fragment),
@@ -779,6 +798,26 @@ impl<S: LayerSet> Connection<S> {
     }
 }
 
+/// Whether `a` and `b` agree on every bit set in `mask` (all three of one length), eight
+/// bytes at a time while eight remain.
+#[inline]
+fn masked_eq(a: &[u8], b: &[u8], mask: &[u8]) -> bool {
+    let n = a.len().min(b.len()).min(mask.len());
+    let word = |s: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[i..i + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let mut i = 0;
+    while i + 8 <= n {
+        if (word(a, i) ^ word(b, i)) & word(mask, i) != 0 {
+            return false;
+        }
+        i += 8;
+    }
+    (i..n).all(|j| (a[j] ^ b[j]) & mask[j] == 0)
+}
+
 /// Rewrite every field of a header from `from` byte order into the layout's.
 fn convert_order(h: &mut [u8], layout: &Layout, from: ByteOrder) {
     let vals: Vec<u64> = layout
@@ -809,6 +848,19 @@ mod tests {
         assert!(!unpack_ranges(&[0x81], &mut r), "varint runs off");
         assert!(!unpack_ranges(&[], &mut r), "empty");
         assert!(unpack_ranges(&[0], &mut r), "one empty message");
+    }
+
+    #[test]
+    fn masked_eq_looks_only_at_masked_bits() {
+        let a = [0xffu8; 15];
+        let mut b = a;
+        b[14] = 0xfe;
+        let mut k = [0u8; 15];
+        assert!(masked_eq(&a, &b, &k));
+        k[14] = 0x01;
+        assert!(!masked_eq(&a, &b, &k));
+        k[14] = 0xfe;
+        assert!(masked_eq(&a, &b, &k));
     }
 
     #[test]

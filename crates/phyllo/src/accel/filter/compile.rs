@@ -398,7 +398,7 @@ pub struct CompiledFilter {
     writes: bool,
     direction: Direction,
     max_depth: usize,
-    cover: Vec<crate::field::FieldLoc>,
+    cover: crate::field::Cover,
 }
 
 impl VerifiedFilter {

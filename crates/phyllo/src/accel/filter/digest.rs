@@ -66,7 +66,7 @@ pub enum Digest {
 pub(crate) struct DigestIn<'a> {
     pub(crate) body: &'a [u8],
     pub(crate) order: crate::field::ByteOrder,
-    pub(crate) cover: &'a [crate::field::FieldLoc],
+    pub(crate) cover: &'a crate::field::Cover,
 }
 
 impl Digest {

@@ -181,7 +181,7 @@ pub struct VerifiedFilter {
     pub(super) max_depth: usize,
     pub(super) writes: bool,
     /// Header fields the covered checksum digest reads ([`super::Digest::InetChecksumCovered`]).
-    pub(super) cover: Vec<FieldLoc>,
+    pub(super) cover: crate::field::Cover,
 }
 
 impl VerifiedFilter {
@@ -189,11 +189,12 @@ impl VerifiedFilter {
     /// before the body. Fields that do not fit the header the filter was verified against are
     /// left out, so a cover can never make a run read out of bounds.
     pub fn with_cover(mut self, cover: &[FieldLoc]) -> VerifiedFilter {
-        self.cover = cover
+        let fits: Vec<FieldLoc> = cover
             .iter()
             .copied()
             .filter(|l| l.fits(self.header_len))
             .collect();
+        self.cover = crate::field::Cover::new(&fits, self.header_len);
         self
     }
 
@@ -338,6 +339,6 @@ pub fn verify_with(
         direction,
         max_depth,
         writes,
-        cover: Vec::new(),
+        cover: crate::field::Cover::default(),
     })
 }
