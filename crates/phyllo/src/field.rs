@@ -213,6 +213,73 @@ fn load8(hdr: &[u8], start: usize) -> [u8; 8] {
     w
 }
 
+/// One field resolved once for headers of one length (seed 004 §3: what can be computed when
+/// the layout is known is not computed per message): its 8-byte window, so a read is one
+/// load, a shift and a mask, and a write one read-modify-write, with no offset arithmetic.
+/// Headers of another length, and fields without a window, fall back to [`read_bits`] /
+/// [`write_bits`], so the result is always theirs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    loc: FieldLoc,
+    header_len: usize,
+    win: Option<Win>,
+}
+
+impl Access {
+    /// The field at `loc` of headers of `header_len` bytes.
+    pub fn new(loc: FieldLoc, header_len: usize) -> Access {
+        Access {
+            loc,
+            header_len,
+            win: Win::of(loc, header_len),
+        }
+    }
+
+    /// Where the field lives.
+    pub fn loc(&self) -> FieldLoc {
+        self.loc
+    }
+
+    /// Read the field (as [`read_bits`]).
+    #[inline(always)]
+    pub fn read(&self, hdr: &[u8], order: ByteOrder) -> u64 {
+        match self.win {
+            Some(w) if hdr.len() == self.header_len => {
+                let b = load8(hdr, w.start);
+                match order {
+                    ByteOrder::Little => (u64::from_le_bytes(b) >> w.off) & w.mask,
+                    ByteOrder::Big => (u64::from_be_bytes(b) << w.off) >> w.rshift,
+                }
+            }
+            _ => read_bits(hdr, self.loc, order),
+        }
+    }
+
+    /// Write the field (as [`write_bits`]).
+    #[inline(always)]
+    pub fn write(&self, hdr: &mut [u8], order: ByteOrder, value: u64) {
+        match self.win {
+            Some(w) if hdr.len() == self.header_len => {
+                let v = value & w.mask;
+                let b = load8(hdr, w.start);
+                let out = match order {
+                    ByteOrder::Little => {
+                        let m = w.mask << w.off;
+                        ((u64::from_le_bytes(b) & !m) | (v << w.off)).to_le_bytes()
+                    }
+                    ByteOrder::Big => {
+                        let s = w.rshift - w.off;
+                        let m = w.mask << s;
+                        ((u64::from_be_bytes(b) & !m) | (v << s)).to_be_bytes()
+                    }
+                };
+                hdr[w.start..w.start + 8].copy_from_slice(&out);
+            }
+            _ => write_bits(hdr, self.loc, order, value),
+        }
+    }
+}
+
 /// A fixed list of fields read together, each resolved once to its 8-byte window in a header
 /// of a given length: what the covered checksum sums on every message (seed 004 §3.3: a
 /// filter's work is prepared when the layout is known, not per message). Reading a field is
@@ -238,19 +305,24 @@ struct Win {
     rshift: u32,
 }
 
+impl Win {
+    /// The window of the field at `loc` in headers of `header_len` bytes, if it has one.
+    fn of(loc: FieldLoc, header_len: usize) -> Option<Win> {
+        window(header_len, loc).map(|(start, off)| Win {
+            start,
+            off,
+            mask: loc.max_value(),
+            rshift: 64 - loc.bits as u32,
+        })
+    }
+}
+
 impl Cover {
     /// The fields `locs` of headers of `header_len` bytes.
     pub fn new(locs: &[FieldLoc], header_len: usize) -> Cover {
         let wins = locs
             .iter()
-            .map(|&l| {
-                window(header_len, l).map(|(start, off)| Win {
-                    start,
-                    off,
-                    mask: l.max_value(),
-                    rshift: 64 - l.bits as u32,
-                })
-            })
+            .map(|&l| Win::of(l, header_len))
             .collect::<Option<Vec<Win>>>()
             .filter(|_| header_len <= crate::layout::MAX_HEADER);
         Cover {
@@ -486,6 +558,24 @@ mod tests {
             // Every bit outside the field is unchanged.
             write_bits(&mut b, loc, order, read_bits(&before, loc, order));
             prop_assert_eq!(b, before);
+        }
+
+        #[test]
+        fn an_access_reads_and_writes_as_the_general_accessors(
+            len in 0usize..24, off in 0u32..190, bits in 1u8..=64, v: u64, big: bool,
+            bytes in proptest::collection::vec(any::<u8>(), 24), other in 0usize..24,
+        ) {
+            let order = if big { ByteOrder::Big } else { ByteOrder::Little };
+            let loc = FieldLoc { bit_offset: off, bits };
+            let a = Access::new(loc, len);
+            for n in [len, other] {
+                let h = &bytes[..n];
+                prop_assert_eq!(a.read(h, order), read_bits(h, loc, order));
+                let (mut x, mut y) = (h.to_vec(), h.to_vec());
+                a.write(&mut x, order, v);
+                write_bits(&mut y, loc, order, v);
+                prop_assert_eq!(x, y);
+            }
         }
 
         #[test]

@@ -15,7 +15,7 @@
 //! [`FieldHandle`]s on a [`Packet`] or a [`Hdr`].
 
 use crate::accel::filter::Segment;
-use crate::field::{read_bits, write_bits, ByteOrder, FieldHandle};
+use crate::field::{ByteOrder, FieldHandle};
 use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
 use crate::time::Time;
@@ -122,19 +122,16 @@ impl<'a> Packet<'a> {
     #[inline]
     pub fn get(&self, h: FieldHandle) -> u64 {
         let hl = self.layout.header_len().min(self.msg.len());
-        read_bits(&self.msg.data()[..hl], self.layout.loc(h), self.order)
+        self.layout.access(h).read(&self.msg.data()[..hl], self.order)
     }
 
     /// Write a field (truncated to its width).
     #[inline]
     pub fn set(&mut self, h: FieldHandle, v: u64) {
         let hl = self.layout.header_len().min(self.msg.len());
-        write_bits(
-            &mut self.msg.data_mut()[..hl],
-            self.layout.loc(h),
-            self.order,
-            v,
-        )
+        self.layout
+            .access(h)
+            .write(&mut self.msg.data_mut()[..hl], self.order, v)
     }
 
     /// The header area.
@@ -218,7 +215,7 @@ impl<'a> Hdr<'a> {
     /// Read a field.
     #[inline]
     pub fn get(&self, h: FieldHandle) -> u64 {
-        read_bits(self.bytes, self.layout.loc(h), self.order)
+        self.layout.access(h).read(self.bytes, self.order)
     }
 
     /// The raw header bytes.
@@ -238,7 +235,9 @@ impl<'a> Predict<'a> {
     /// Write a predicted field.
     #[inline]
     pub fn set(&mut self, h: FieldHandle, v: u64) {
-        write_bits(self.bytes, self.layout.loc(h), self.layout.order(), v)
+        self.layout
+            .access(h)
+            .write(self.bytes, self.layout.order(), v)
     }
 }
 
@@ -355,19 +354,18 @@ impl<'a> Cx<'a> {
     #[inline]
     pub fn get(&self, m: &Msg, h: FieldHandle) -> u64 {
         let hl = self.layout.header_len().min(m.len());
-        read_bits(&m.data()[..hl], self.layout.loc(h), self.layout.order())
+        self.layout
+            .access(h)
+            .read(&m.data()[..hl], self.layout.order())
     }
 
     /// Write a field of message `m` (which starts with a header area).
     #[inline]
     pub fn set(&self, m: &mut Msg, h: FieldHandle, v: u64) {
         let hl = self.layout.header_len().min(m.len());
-        write_bits(
-            &mut m.data_mut()[..hl],
-            self.layout.loc(h),
-            self.layout.order(),
-            v,
-        )
+        self.layout
+            .access(h)
+            .write(&mut m.data_mut()[..hl], self.layout.order(), v)
     }
 
     /// Send `m` (header area + body) through the layers below this one.

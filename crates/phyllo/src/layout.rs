@@ -7,7 +7,7 @@
 //! Protocol Accelerator's compact layout is measured against. Every datagram starts with the
 //! whole header area ([`Layout::header_len`] bytes), followed by the body.
 
-use crate::field::{write_bits, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec};
+use crate::field::{write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec};
 use thiserror::Error;
 
 /// The layer index under which the Protocol Accelerator registers its own fields: above
@@ -98,6 +98,8 @@ pub struct Layout {
     layer_spans: Vec<(usize, usize)>,
     /// Per layer `i`: the fields of the layers above `i` (and of the accelerator).
     upper_fields: Vec<Cover>,
+    /// Every field resolved for `header_len`, indexed like `locs`.
+    access: Vec<Access>,
     /// The bits that belong to some field (the rest is padding and must be zero).
     field_mask: Vec<u8>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
@@ -169,12 +171,14 @@ impl Layout {
         }
         let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, ByteOrder::Big);
+        let access = locs_access(&locs, header_len);
         Ok(Layout {
             locs,
             header_len,
             order: ByteOrder::Big,
             layer_spans,
             upper_fields,
+            access,
             field_mask,
             class_spans: [(0, 0); 4],
         })
@@ -237,12 +241,14 @@ impl Layout {
         }
         let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, order);
+        let access = locs_access(&locs, header_len);
         Ok(Layout {
             locs,
             header_len,
             order,
             layer_spans: Vec::new(),
             upper_fields,
+            access,
             field_mask,
             class_spans,
         })
@@ -317,12 +323,14 @@ impl Layout {
         }
         let upper_fields = upper_fields(specs, &locs, layers, header_len);
         let field_mask = field_mask(&locs, header_len, order);
+        let access = locs_access(&locs, header_len);
         Ok(Layout {
             locs,
             header_len,
             order,
             layer_spans: Vec::new(),
             upper_fields,
+            access,
             field_mask,
             class_spans: [(0, 0); 4],
         })
@@ -332,6 +340,12 @@ impl Layout {
     #[inline]
     pub fn loc(&self, h: FieldHandle) -> FieldLoc {
         self.locs[h.index()]
+    }
+
+    /// The field behind `h`, resolved for this layout's header length.
+    #[inline]
+    pub fn access(&self, h: FieldHandle) -> Access {
+        self.access[h.index()]
     }
 
     /// All locations, indexed by handle.
@@ -365,6 +379,10 @@ fn field_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8>
         }
     }
     m
+}
+
+fn locs_access(locs: &[FieldLoc], header_len: usize) -> Vec<Access> {
+    locs.iter().map(|&l| Access::new(l, header_len)).collect()
 }
 
 fn upper_fields(

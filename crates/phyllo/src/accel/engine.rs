@@ -429,12 +429,9 @@ impl<S: LayerSet> Connection<S> {
         m.prepend(&pa.predict_send.bytes[..hl]);
         if packed {
             // The prediction says "not packed" (a message-specific field starts at zero).
-            write_bits(
-                &mut m.data_mut()[..hl],
-                self.layout.loc(pa.f.packed),
-                order,
-                1,
-            );
+            self.layout
+                .access(pa.f.packed)
+                .write(&mut m.data_mut()[..hl], order, 1);
             pa.stats.packed_datagrams += 1;
             pa.stats.packed_msgs += msgs;
             pa.stats.max_pack = pa.stats.max_pack.max(msgs);
@@ -624,7 +621,7 @@ impl<S: LayerSet> Connection<S> {
         if pre.order != native {
             convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
         }
-        let knows = read_bits(&m.data()[..hl], self.layout.loc(pa.f.cookie_ack), native) != 0;
+        let knows = self.layout.access(pa.f.cookie_ack).read(&m.data()[..hl], native) != 0;
         if learn.is_none() && knows == pa.peer_knows_cookie {
             // The usual case: nothing to learn from this datagram.
             self.pa_deliver(now, m);
@@ -684,7 +681,7 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         let pa = self.pa.as_mut().expect("accelerated connection");
-        let packed = read_bits(&m.data()[..hl], self.layout.loc(pa.f.packed), native) != 0;
+        let packed = self.layout.access(pa.f.packed).read(&m.data()[..hl], native) != 0;
         // The fast path: filter, enabled, prediction.
         let miss = {
             let (h, b) = m.data().split_at(hl);
