@@ -195,3 +195,32 @@ pub fn print_accel(who: &str, a: &phyllo::accel::AccelStats) {
         a.header_bytes, a.with_conn_id, a.unknown_cookie, a.packed_datagrams, a.packed_msgs, a.max_pack
     );
 }
+
+/// `phyllo critical-path` options.
+#[derive(clap::Args, Debug)]
+pub struct CriticalPathArgs {
+    /// The stack, top layer first.
+    #[arg(long, default_value = "frag(1400):window(16):checksum")]
+    pub stack: String,
+    /// Accelerated connections.
+    #[arg(long)]
+    pub accel: bool,
+    /// Round trips (each times one send and one delivery per direction, after a 10 % warm-up).
+    #[arg(long, default_value_t = 2_000)]
+    pub rounds: usize,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 8)]
+    pub size: usize,
+}
+
+/// Run `phyllo critical-path`: the in-memory critical-path loop alone, so callgrind can count
+/// the instructions of `phyllo_cp_send` and `phyllo_cp_deliver` (see
+/// [`crate::measure::critical_path_instructions`]).
+pub fn critical_path(args: CriticalPathArgs) -> Result<()> {
+    let cp = crate::measure::critical_path(&args.stack, args.accel, args.size, args.rounds)?;
+    println!(
+        "critical path (median): send {:.0} ns, deliver {:.0} ns",
+        cp.send_ns, cp.deliver_ns
+    );
+    Ok(())
+}

@@ -24,6 +24,9 @@ enum Cmd {
     Workload(workload::WorkloadArgs),
     /// Trace a workload under valgrind and run the architecture analyzer on it.
     Analyze(analyze_cmd::AnalyzeArgs),
+    /// Time the critical path of one send and one delivery over memlink (run under callgrind
+    /// by the report to count its instructions).
+    CriticalPath(cmd::CriticalPathArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Stream(args) => cmd::stream(args),
         Cmd::Workload(args) => workload::main(args),
         Cmd::Analyze(args) => analyze_cmd::main(args),
+        Cmd::CriticalPath(args) => cmd::critical_path(args),
     }
 }

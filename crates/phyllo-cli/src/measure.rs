@@ -407,6 +407,50 @@ fn median(v: &mut [u64]) -> f64 {
 }
 
 /// Measure [`CriticalPath`] for `spec`, ping-pong style so acknowledgements keep flowing.
+/// Instructions per message on the critical path, counted by callgrind: the same loop as
+/// [`critical_path`], run as `phyllo critical-path` by `exe` under
+/// `valgrind --tool=callgrind --toggle-collect=phyllo_cp_send` (and `_deliver`). Instruction
+/// counts do not depend on the machine's load, unlike the ~100 ns wall-clock medians (±20 ns
+/// between runs here). Warm-up rounds count too; every round does the same work.
+pub fn critical_path_instructions(
+    exe: &std::path::Path,
+    spec: &str,
+    accel: bool,
+    rounds: usize,
+) -> Result<CriticalPathInstructions> {
+    use phyllo_analyze::capture::{callgrind, Workload};
+    let mut args = vec![
+        "critical-path".to_string(),
+        "--stack".into(),
+        spec.into(),
+        "--rounds".into(),
+        rounds.to_string(),
+    ];
+    if accel {
+        args.push("--accel".into());
+    }
+    let w = Workload {
+        program: exe.to_path_buf(),
+        args,
+    };
+    let calls = (2 * (rounds + rounds / 10)) as f64;
+    let count =
+        |func: &str| -> Result<f64> { Ok(callgrind(&w, func, None)?.get("Ir") as f64 / calls) };
+    Ok(CriticalPathInstructions {
+        send: count("phyllo_cp_send")?,
+        deliver: count("phyllo_cp_deliver")?,
+    })
+}
+
+/// Instructions per message on the send and delivery critical paths.
+#[derive(Clone, Copy, Debug)]
+pub struct CriticalPathInstructions {
+    /// Per send (`phyllo_cp_send`).
+    pub send: f64,
+    /// Per delivery (`phyllo_cp_deliver`).
+    pub deliver: f64,
+}
+
 /// The send critical path as one function, so callgrind's `--toggle-collect=phyllo_cp_send`
 /// counts exactly its instructions.
 #[inline(never)]

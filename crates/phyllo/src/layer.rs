@@ -122,7 +122,9 @@ impl<'a> Packet<'a> {
     #[inline]
     pub fn get(&self, h: FieldHandle) -> u64 {
         let hl = self.layout.header_len().min(self.msg.len());
-        self.layout.access(h).read(&self.msg.data()[..hl], self.order)
+        self.layout
+            .access(h)
+            .read(&self.msg.data()[..hl], self.order)
     }
 
     /// Write a field (truncated to its width).

@@ -7,7 +7,9 @@
 //! Protocol Accelerator's compact layout is measured against. Every datagram starts with the
 //! whole header area ([`Layout::header_len`] bytes), followed by the body.
 
-use crate::field::{write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec};
+use crate::field::{
+    write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec,
+};
 use thiserror::Error;
 
 /// The layer index under which the Protocol Accelerator registers its own fields: above

@@ -621,7 +621,11 @@ impl<S: LayerSet> Connection<S> {
         if pre.order != native {
             convert_order(&mut m.data_mut()[..hl], &self.layout, pre.order);
         }
-        let knows = self.layout.access(pa.f.cookie_ack).read(&m.data()[..hl], native) != 0;
+        let knows = self
+            .layout
+            .access(pa.f.cookie_ack)
+            .read(&m.data()[..hl], native)
+            != 0;
         if learn.is_none() && knows == pa.peer_knows_cookie {
             // The usual case: nothing to learn from this datagram.
             self.pa_deliver(now, m);
@@ -681,7 +685,11 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         let pa = self.pa.as_mut().expect("accelerated connection");
-        let packed = self.layout.access(pa.f.packed).read(&m.data()[..hl], native) != 0;
+        let packed = self
+            .layout
+            .access(pa.f.packed)
+            .read(&m.data()[..hl], native)
+            != 0;
         // The fast path: filter, enabled, prediction.
         let miss = {
             let (h, b) = m.data().split_at(hl);
