@@ -372,11 +372,11 @@ impl<S: LayerSet> Connection<S> {
 
     /// Accelerated send (seed 004 Figure 3, `send`).
     pub(crate) fn pa_send(&mut self, now: Time, data: &[u8]) {
-        // A reply right after a delivery: finish that delivery's post-processing first, so the
-        // reply carries the up-to-date gossip (the acknowledgement of what it answers).
-        if self.pa().pending.deliver.is_some() {
-            self.post_deliver_pending(now);
-        }
+        // A reply right after a delivery does not wait for that delivery's post-processing:
+        // the send prediction's protocol-specific fields depend only on the send state, and
+        // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1);
+        // the window layer's post-send only counts the acknowledgement the message carried.
+        // This keeps the delivery's post-phase off the round trip's critical path.
         let pa = self.pa();
         let queue = pa.pending.send.is_some() || !pa.backlog.is_empty() || self.disable[0] > 0;
         if queue {
@@ -490,6 +490,9 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         loop {
+            // A pending delivery is older than a pending send (receiving runs the pending
+            // post-processing first), so it goes first.
+            self.post_deliver_pending(now);
             if let Some((hdr, mut copies)) = self.pa().pending.send.take() {
                 for i in 0..self.layers.count() {
                     let copy = copies
@@ -506,7 +509,6 @@ impl<S: LayerSet> Connection<S> {
                 self.drain(now);
                 self.update_predictions();
             }
-            self.post_deliver_pending(now);
             if self.disable[0] > 0 {
                 return;
             }
@@ -639,7 +641,10 @@ impl<S: LayerSet> Connection<S> {
         // Not sticky: a peer that stops acknowledging our cookie (its endpoint found it
         // ambiguous) gets the identification again.
         pa.peer_knows_cookie = knows;
+        // A reply may leave before this delivery is post-processed: its prediction must
+        // already carry the identification and the cookie acknowledgement.
         self.update_template();
+        self.update_predictions();
         let drops_before = self.stats.input_drops();
         self.pa_deliver(now, m);
         if self.stats.input_drops() != drops_before {

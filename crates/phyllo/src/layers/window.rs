@@ -197,7 +197,18 @@ impl Window {
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rto);
         }
-        self.ack_sent();
+    }
+
+    /// A data message left carrying the cumulative ack `wire_ack` (gossip: with the
+    /// accelerator a reply may leave before the delivery it answers is post-processed, so it
+    /// can be behind `rcv_next`). What it covers needs no separate ack; the rest still does.
+    fn acked_up_to(&mut self, wire_ack: u64) {
+        let behind = self.rcv_next.wrapping_sub(wire_ack) & SEQ_MASK;
+        if behind == 0 {
+            self.ack_sent();
+        } else {
+            self.unacked_rx = self.unacked_rx.min(behind as usize);
+        }
     }
 
     fn ack_sent(&mut self) {
@@ -310,9 +321,14 @@ impl Layer for Window {
         Verdict::Continue
     }
 
-    fn post_send(&mut self, _: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
+    fn post_send(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
         match h {
-            Handoff::Passed { copy: Some(c) } => self.sent(c, cx.now()),
+            Handoff::Passed { copy: Some(c) } => {
+                self.sent(c, cx.now());
+                if let Some(f) = self.f {
+                    self.acked_up_to(hdr.get(f.ack));
+                }
+            }
             Handoff::Passed { copy: None } => {}
             Handoff::Absorbed(m) => self.backlog.push_back(m),
         }
