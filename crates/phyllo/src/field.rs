@@ -133,14 +133,10 @@ impl FieldLoc {
 /// malformed header can never make this panic; callers check [`FieldLoc::fits`] first.
 #[inline(always)]
 pub fn read_bits(hdr: &[u8], loc: FieldLoc, order: ByteOrder) -> u64 {
-    if let Some((start, off)) = window(hdr.len(), loc) {
-        let w = load8(hdr, start);
-        return match order {
-            ByteOrder::Big => (u64::from_be_bytes(w) << off) >> (64 - loc.bits as u32),
-            ByteOrder::Little => (u64::from_le_bytes(w) >> off) & loc.max_value(),
-        };
+    match Win::of(loc, hdr.len()) {
+        Some(w) => w.get(hdr, order),
+        None => read_bits_slow(hdr, loc, order),
     }
-    read_bits_slow(hdr, loc, order)
 }
 
 /// [`read_bits`] for what one window cannot hold: short headers, fields off the end, 9-byte
@@ -244,13 +240,7 @@ impl Access {
     #[inline(always)]
     pub fn read(&self, hdr: &[u8], order: ByteOrder) -> u64 {
         match self.win {
-            Some(w) if hdr.len() == self.header_len => {
-                let b = load8(hdr, w.start);
-                match order {
-                    ByteOrder::Little => (u64::from_le_bytes(b) >> w.off) & w.mask,
-                    ByteOrder::Big => (u64::from_be_bytes(b) << w.off) >> w.rshift,
-                }
-            }
+            Some(w) if hdr.len() == self.header_len => w.get(hdr, order),
             _ => read_bits(hdr, self.loc, order),
         }
     }
@@ -259,43 +249,24 @@ impl Access {
     #[inline(always)]
     pub fn write(&self, hdr: &mut [u8], order: ByteOrder, value: u64) {
         match self.win {
-            Some(w) if hdr.len() == self.header_len => {
-                let v = value & w.mask;
-                let b = load8(hdr, w.start);
-                let out = match order {
-                    ByteOrder::Little => {
-                        let m = w.mask << w.off;
-                        ((u64::from_le_bytes(b) & !m) | (v << w.off)).to_le_bytes()
-                    }
-                    ByteOrder::Big => {
-                        let s = w.rshift - w.off;
-                        let m = w.mask << s;
-                        ((u64::from_be_bytes(b) & !m) | (v << s)).to_be_bytes()
-                    }
-                };
-                hdr[w.start..w.start + 8].copy_from_slice(&out);
-            }
+            Some(w) if hdr.len() == self.header_len => w.put(hdr, order, value),
             _ => write_bits(hdr, self.loc, order, value),
         }
     }
 }
 
-/// A fixed list of fields read together, each resolved once to its 8-byte window in a header
-/// of a given length: what the covered checksum sums on every message (seed 004 §3.3: a
-/// filter's work is prepared when the layout is known, not per message). Reading a field is
-/// then one load, a shift and a mask, with no bounds arithmetic (callgrind: resolving each
+/// A fixed list of fields read together, each resolved once for headers of one length
+/// ([`Access`]): what the covered checksum sums on every message (callgrind: resolving each
 /// field per message cost a quarter of the accelerator's send path).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cover {
     locs: Vec<FieldLoc>,
     header_len: usize,
-    /// Per field: window start, bit offset within the window, width; `None` if some field
-    /// has no window in a header of `header_len` bytes (or the header is longer than
-    /// [`MAX_HEADER`](crate::layout::MAX_HEADER)).
+    /// Each field's window; `None` if some field has none in headers of `header_len` bytes.
     wins: Option<Vec<Win>>,
 }
 
-/// One field of a [`Cover`]: its 8-byte window and where it sits in it.
+/// A field's 8-byte window in a header of known length, and where the field sits in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Win {
     start: usize,
@@ -315,20 +286,44 @@ impl Win {
             rshift: 64 - loc.bits as u32,
         })
     }
+
+    /// Read the field from `hdr` (which holds the window).
+    #[inline(always)]
+    fn get(self, hdr: &[u8], order: ByteOrder) -> u64 {
+        let b = load8(hdr, self.start);
+        match order {
+            ByteOrder::Little => (u64::from_le_bytes(b) >> self.off) & self.mask,
+            ByteOrder::Big => (u64::from_be_bytes(b) << self.off) >> self.rshift,
+        }
+    }
+
+    /// Write `value` (truncated to the field's width) into `hdr`, sparing the other bits.
+    #[inline(always)]
+    fn put(self, hdr: &mut [u8], order: ByteOrder, value: u64) {
+        let v = value & self.mask;
+        let b = load8(hdr, self.start);
+        let out = match order {
+            ByteOrder::Little => {
+                let m = self.mask << self.off;
+                ((u64::from_le_bytes(b) & !m) | (v << self.off)).to_le_bytes()
+            }
+            ByteOrder::Big => {
+                let s = self.rshift - self.off;
+                let m = self.mask << s;
+                ((u64::from_be_bytes(b) & !m) | (v << s)).to_be_bytes()
+            }
+        };
+        hdr[self.start..self.start + 8].copy_from_slice(&out);
+    }
 }
 
 impl Cover {
     /// The fields `locs` of headers of `header_len` bytes.
     pub fn new(locs: &[FieldLoc], header_len: usize) -> Cover {
-        let wins = locs
-            .iter()
-            .map(|&l| Win::of(l, header_len))
-            .collect::<Option<Vec<Win>>>()
-            .filter(|_| header_len <= crate::layout::MAX_HEADER);
         Cover {
             locs: locs.to_vec(),
             header_len,
-            wins,
+            wins: locs.iter().map(|&l| Win::of(l, header_len)).collect(),
         }
     }
 
@@ -339,35 +334,15 @@ impl Cover {
 
     /// The sum of the fields' values, each folded to 32 bits by adding its halves (congruent
     /// modulo 0xffff to the sum of its four 16-bit words, which is all a one's complement
-    /// checksum keeps). A header of another length is read field by field with [`read_bits`].
+    /// checksum keeps).
     #[inline]
     pub fn sum_values(&self, hdr: &[u8], order: ByteOrder) -> u64 {
         let fold = |v: u64| (v >> 32) + (v & 0xffff_ffff);
         match &self.wins {
             Some(wins) if hdr.len() == self.header_len => {
-                // One copy into a fixed buffer: every window load below is then in bounds by
-                // construction (`start < 64`), with no per-field checks.
-                let mut buf = [0u8; crate::layout::MAX_HEADER + 8];
-                buf[..hdr.len()].copy_from_slice(hdr);
-                let at = |s: usize| {
-                    let s = s % crate::layout::MAX_HEADER;
-                    let mut w = [0u8; 8];
-                    w.copy_from_slice(&buf[s..s + 8]);
-                    w
-                };
-                match order {
-                    ByteOrder::Little => wins.iter().fold(0, |acc, w| {
-                        acc + fold((u64::from_le_bytes(at(w.start)) >> w.off) & w.mask)
-                    }),
-                    ByteOrder::Big => wins.iter().fold(0, |acc, w| {
-                        acc + fold((u64::from_be_bytes(at(w.start)) << w.off) >> w.rshift)
-                    }),
-                }
+                wins.iter().map(|w| fold(w.get(hdr, order))).sum()
             }
-            _ => self
-                .locs
-                .iter()
-                .fold(0, |acc, &l| acc + fold(read_bits(hdr, l, order))),
+            _ => self.locs.iter().map(|&l| fold(read_bits(hdr, l, order))).sum(),
         }
     }
 }
@@ -376,24 +351,10 @@ impl Cover {
 /// would fall beyond the end of `hdr` are not written.
 #[inline(always)]
 pub fn write_bits(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) {
-    let value = value & loc.max_value();
-    if let Some((start, off)) = window(hdr.len(), loc) {
-        let w = load8(hdr, start);
-        let out = match order {
-            ByteOrder::Big => {
-                let s = 64 - off - loc.bits as u32;
-                let m = loc.max_value() << s;
-                ((u64::from_be_bytes(w) & !m) | (value << s)).to_be_bytes()
-            }
-            ByteOrder::Little => {
-                let m = loc.max_value() << off;
-                ((u64::from_le_bytes(w) & !m) | (value << off)).to_le_bytes()
-            }
-        };
-        hdr[start..start + 8].copy_from_slice(&out);
-        return;
+    match Win::of(loc, hdr.len()) {
+        Some(w) => w.put(hdr, order, value),
+        None => write_bits_slow(hdr, loc, order, value & loc.max_value()),
     }
-    write_bits_slow(hdr, loc, order, value);
 }
 
 /// [`write_bits`] for what one window cannot hold (`value` already truncated).

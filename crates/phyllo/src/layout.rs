@@ -168,22 +168,8 @@ impl Layout {
             base_bits += bytes as u32 * 8;
         }
         let header_len = base_bits as usize / 8;
-        if header_len > MAX_HEADER {
-            return Err(LayoutError::TooLarge(header_len));
-        }
-        let upper_fields = upper_fields(specs, &locs, layers, header_len);
-        let field_mask = field_mask(&locs, header_len, ByteOrder::Big);
-        let access = locs_access(&locs, header_len);
-        Ok(Layout {
-            locs,
-            header_len,
-            order: ByteOrder::Big,
-            layer_spans,
-            upper_fields,
-            access,
-            field_mask,
-            class_spans: [(0, 0); 4],
-        })
+        Layout::assemble(specs, layers, locs, header_len, ByteOrder::Big)
+            .map(|l| Layout { layer_spans, ..l })
     }
 
     /// The Protocol Accelerator's compact layout (seed 004 §2.1): fields are grouped by class,
@@ -238,22 +224,7 @@ impl Layout {
             }
         }
         let header_len = (base as usize).div_ceil(8);
-        if header_len > MAX_HEADER {
-            return Err(LayoutError::TooLarge(header_len));
-        }
-        let upper_fields = upper_fields(specs, &locs, layers, header_len);
-        let field_mask = field_mask(&locs, header_len, order);
-        let access = locs_access(&locs, header_len);
-        Ok(Layout {
-            locs,
-            header_len,
-            order,
-            layer_spans: Vec::new(),
-            upper_fields,
-            access,
-            field_mask,
-            class_spans,
-        })
+        Layout::assemble(specs, layers, locs, header_len, order).map(|l| Layout { class_spans, ..l })
     }
 
     /// Whether every header bit outside the fields (padding) is zero, as senders leave it.
@@ -320,20 +291,29 @@ impl Layout {
         header_len: usize,
         order: ByteOrder,
     ) -> Result<Layout, LayoutError> {
+        Layout::assemble(specs, layers, locs, header_len, order)
+    }
+
+    /// Everything derived from the field locations (covers, accessors, padding mask), with
+    /// no layer spans and no class spans; checks the header length.
+    fn assemble(
+        specs: &[FieldSpec],
+        layers: usize,
+        locs: Vec<FieldLoc>,
+        header_len: usize,
+        order: ByteOrder,
+    ) -> Result<Layout, LayoutError> {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
-        let upper_fields = upper_fields(specs, &locs, layers, header_len);
-        let field_mask = field_mask(&locs, header_len, order);
-        let access = locs_access(&locs, header_len);
         Ok(Layout {
+            upper_fields: upper_fields(specs, &locs, layers, header_len),
+            field_mask: field_mask(&locs, header_len, order),
+            access: locs.iter().map(|&l| Access::new(l, header_len)).collect(),
             locs,
             header_len,
             order,
             layer_spans: Vec::new(),
-            upper_fields,
-            access,
-            field_mask,
             class_spans: [(0, 0); 4],
         })
     }
@@ -381,10 +361,6 @@ fn field_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8>
         }
     }
     m
-}
-
-fn locs_access(locs: &[FieldLoc], header_len: usize) -> Vec<Access> {
-    locs.iter().map(|&l| Access::new(l, header_len)).collect()
 }
 
 fn upper_fields(
