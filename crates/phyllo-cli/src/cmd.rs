@@ -106,11 +106,12 @@ pub fn rtt(args: RttArgs) -> Result<()> {
         sum.min_ns as f64 / 1e3
     );
     if s.link == LinkKind::Mem {
-        let cp = crate::measure::critical_path(&s.stack, s.accel, s.size, args.rounds.min(20_000))?;
-        println!(
-            "critical path (median): send {:.0} ns, deliver {:.0} ns",
-            cp.send_ns, cp.deliver_ns
-        );
+        print_critical_path(&crate::measure::critical_path(
+            &s.stack,
+            s.accel,
+            s.size,
+            args.rounds.min(20_000),
+        )?);
     }
     if s.stats {
         print_stats("initiator", &run.stats);
@@ -217,10 +218,18 @@ pub struct CriticalPathArgs {
 /// the instructions of `phyllo_cp_send` and `phyllo_cp_deliver` (see
 /// [`crate::measure::critical_path_instructions`]).
 pub fn critical_path(args: CriticalPathArgs) -> Result<()> {
-    let cp = crate::measure::critical_path(&args.stack, args.accel, args.size, args.rounds)?;
+    print_critical_path(&crate::measure::critical_path(
+        &args.stack,
+        args.accel,
+        args.size,
+        args.rounds,
+    )?);
+    Ok(())
+}
+
+fn print_critical_path(cp: &crate::measure::CriticalPath) {
     println!(
         "critical path (median): send {:.0} ns, deliver {:.0} ns",
         cp.send_ns, cp.deliver_ns
     );
-    Ok(())
 }

@@ -406,7 +406,6 @@ fn median(v: &mut [u64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0) as f64
 }
 
-/// Measure [`CriticalPath`] for `spec`, ping-pong style so acknowledgements keep flowing.
 /// Instructions per message on the critical path, counted by callgrind: the same loop as
 /// [`critical_path`], run as `phyllo critical-path` by `exe` under
 /// `valgrind --tool=callgrind --toggle-collect=phyllo_cp_send` (and `_deliver`). Instruction
@@ -433,7 +432,7 @@ pub fn critical_path_instructions(
         program: exe.to_path_buf(),
         args,
     };
-    let calls = (2 * (rounds + rounds / 10)) as f64;
+    let calls = (2 * critical_path_rounds(rounds)) as f64;
     let count =
         |func: &str| -> Result<f64> { Ok(callgrind(&w, func, None)?.get("Ir") as f64 / calls) };
     Ok(CriticalPathInstructions {
@@ -467,6 +466,12 @@ pub fn phyllo_cp_deliver(c: &mut phyllo::DynConnection, now: phyllo::Time, wire:
     c.handle_datagram(now, wire);
 }
 
+/// Round trips [`critical_path`] runs for `rounds` timed ones: a 10 % warm-up first.
+fn critical_path_rounds(rounds: usize) -> usize {
+    rounds + rounds / 10
+}
+
+/// Measure [`CriticalPath`] for `spec`, ping-pong style so acknowledgements keep flowing.
 pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<CriticalPath> {
     let mut pair = mem_pair(spec, accel)?;
     let data = payload(size);
@@ -474,7 +479,7 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
     let mut delivers = Vec::with_capacity(rounds * 2);
     let mut clock = Vec::with_capacity(rounds);
     let mut wire = Vec::with_capacity(2048);
-    for r in 0..rounds + rounds / 10 {
+    for r in 0..critical_path_rounds(rounds) {
         for dir in 0..2 {
             let (from, to) = if dir == 0 {
                 (&mut pair.a, &mut pair.b)

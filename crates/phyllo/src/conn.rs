@@ -231,7 +231,6 @@ impl<S: LayerSet> Connection<S> {
             },
         };
         c.update_template();
-        c.update_predictions();
         Ok(c)
     }
 

@@ -342,7 +342,11 @@ impl Cover {
             Some(wins) if hdr.len() == self.header_len => {
                 wins.iter().map(|w| fold(w.get(hdr, order))).sum()
             }
-            _ => self.locs.iter().map(|&l| fold(read_bits(hdr, l, order))).sum(),
+            _ => self
+                .locs
+                .iter()
+                .map(|&l| fold(read_bits(hdr, l, order)))
+                .sum(),
         }
     }
 }

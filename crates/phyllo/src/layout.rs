@@ -224,7 +224,8 @@ impl Layout {
             }
         }
         let header_len = (base as usize).div_ceil(8);
-        Layout::assemble(specs, layers, locs, header_len, order).map(|l| Layout { class_spans, ..l })
+        Layout::assemble(specs, layers, locs, header_len, order)
+            .map(|l| Layout { class_spans, ..l })
     }
 
     /// Whether every header bit outside the fields (padding) is zero, as senders leave it.

@@ -351,7 +351,8 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// The header area layer-originated messages start from: the accelerator's fields only.
-    /// Called whenever the identification or the cookie state changes.
+    /// Called whenever the identification or the cookie state changes; the predictions start
+    /// from it, so they are refreshed too.
     pub(crate) fn update_template(&mut self) {
         let Some(pa) = self.pa.as_ref() else { return };
         let hl = self.layout.header_len();
@@ -368,6 +369,7 @@ impl<S: LayerSet> Connection<S> {
             order,
             (pa.peer_cookie.is_some() && !pa.cookie_ack_blocked) as u64,
         );
+        self.update_predictions();
     }
 
     /// Accelerated send (seed 004 Figure 3, `send`).
@@ -642,16 +644,15 @@ impl<S: LayerSet> Connection<S> {
         // ambiguous) gets the identification again.
         pa.peer_knows_cookie = knows;
         // A reply may leave before this delivery is post-processed: its prediction must
-        // already carry the identification and the cookie acknowledgement.
+        // already carry the identification and the cookie acknowledgement (the template
+        // refreshes the predictions).
         self.update_template();
-        self.update_predictions();
         let drops_before = self.stats.input_drops();
         self.pa_deliver(now, m);
         if self.stats.input_drops() != drops_before {
             let pa = self.pa();
             (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie) = saved;
             self.update_template();
-            self.update_predictions();
         }
     }
 
@@ -789,7 +790,6 @@ impl<S: LayerSet> Connection<S> {
             pa.cookie_ack_blocked = true;
         }
         self.update_template();
-        self.update_predictions();
     }
 
     /// Counters of the accelerator, if this connection has one.
