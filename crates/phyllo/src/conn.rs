@@ -164,6 +164,9 @@ pub struct Connection<S: LayerSet = DynStack> {
     pub(crate) unpack_scratch: Vec<(usize, usize)>,
     /// Header area that layer-originated messages start from (the accelerator's fields set).
     pub(crate) template: HeaderCopy,
+    /// The byte order the datagram being delivered was written in (the accelerator converts
+    /// headers to the layout's order; the covered checksum needs the sender's).
+    pub(crate) rx_wire: ByteOrder,
 }
 
 /// A connection over a dynamic stack.
@@ -205,6 +208,7 @@ impl<S: LayerSet> Connection<S> {
         } else {
             (Layout::per_layer_aligned(reg.specs(), n, 4)?, None)
         };
+        let layout_order = layout.order();
         let stats = Stats {
             layers: (0..n)
                 .map(|i| (layers.name_at(i), LayerCounters::default()))
@@ -229,6 +233,7 @@ impl<S: LayerSet> Connection<S> {
                 bytes: [0; crate::layout::MAX_HEADER],
                 len: 0,
             },
+            rx_wire: layout_order,
         };
         c.update_template();
         Ok(c)
@@ -433,6 +438,11 @@ impl<S: LayerSet> Connection<S> {
             msg: m,
             layout: &self.layout,
             order: self.layout.order(),
+            wire: if send {
+                self.layout.order()
+            } else {
+                self.rx_wire
+            },
             now,
             layer: 0,
             pool: &mut self.pool,

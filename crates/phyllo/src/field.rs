@@ -255,15 +255,25 @@ impl Access {
     }
 }
 
-/// A fixed list of fields read together, each resolved once for headers of one length
-/// ([`Access`]): what the covered checksum sums on every message (callgrind: resolving each
-/// field per message cost a quarter of the accelerator's send path).
+/// A fixed list of fields summed together by the covered checksum, resolved once for headers
+/// of one length.
+///
+/// What is summed is the cover's *image* of a header as its sender wrote it: the header's
+/// bytes with every bit outside the cover's fields zeroed. For a header still in the order it
+/// was written in (every send, and every delivery from a peer of the receiver's order) that is
+/// the header ANDed with a mask, summed eight bytes per load with no per-field work;
+/// callgrind: summing field by field cost ~200 instructions per message, a quarter of the
+/// accelerator's send path. A receiver that converted a header from the other order rebuilds
+/// the sender's image field by field (cold).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cover {
     locs: Vec<FieldLoc>,
     header_len: usize,
-    /// Each field's window; `None` if some field has none in headers of `header_len` bytes.
-    wins: Option<Vec<Win>>,
+    /// The cover's bits in headers written in little-endian order, header bytes `8k..8k + 8`
+    /// in word `k` (as a little-endian integer; the last word zero beyond the header).
+    mask_le: Vec<u64>,
+    /// The same for headers written in big-endian order.
+    mask_be: Vec<u64>,
 }
 
 /// A field's 8-byte window in a header of known length, and where the field sits in it.
@@ -318,12 +328,34 @@ impl Win {
 }
 
 impl Cover {
-    /// The fields `locs` of headers of `header_len` bytes.
+    /// The empty cover (the checksum of the body alone).
+    pub const EMPTY: Cover = Cover {
+        locs: Vec::new(),
+        header_len: 0,
+        mask_le: Vec::new(),
+        mask_be: Vec::new(),
+    };
+
+    /// The fields `locs` of headers of `header_len` bytes (fields that do not fit are left
+    /// out).
     pub fn new(locs: &[FieldLoc], header_len: usize) -> Cover {
+        let locs: Vec<FieldLoc> = locs
+            .iter()
+            .copied()
+            .filter(|l| l.fits(header_len))
+            .collect();
+        let mask = |order| -> Vec<u64> {
+            let mut img = vec![0u8; header_len.div_ceil(8) * 8];
+            for &l in &locs {
+                write_bits(&mut img[..header_len], l, order, u64::MAX);
+            }
+            img.chunks_exact(8).map(le_word).collect()
+        };
         Cover {
-            locs: locs.to_vec(),
+            mask_le: mask(ByteOrder::Little),
+            mask_be: mask(ByteOrder::Big),
+            locs,
             header_len,
-            wins: locs.iter().map(|&l| Win::of(l, header_len)).collect(),
         }
     }
 
@@ -332,23 +364,84 @@ impl Cover {
         &self.locs
     }
 
-    /// The sum of the fields' values, each folded to 32 bits by adding its halves (congruent
-    /// modulo 0xffff to the sum of its four 16-bit words, which is all a one's complement
-    /// checksum keeps).
-    #[inline]
-    pub fn sum_values(&self, hdr: &[u8], order: ByteOrder) -> u64 {
-        let fold = |v: u64| (v >> 32) + (v & 0xffff_ffff);
-        match &self.wins {
-            Some(wins) if hdr.len() == self.header_len => {
-                wins.iter().map(|w| fold(w.get(hdr, order))).sum()
-            }
-            _ => self
-                .locs
-                .iter()
-                .map(|&l| fold(read_bits(hdr, l, order)))
-                .sum(),
+    fn mask(&self, order: ByteOrder) -> &[u64] {
+        match order {
+            ByteOrder::Little => &self.mask_le,
+            ByteOrder::Big => &self.mask_be,
         }
     }
+
+    /// The one's complement sum of the cover's image of `hdr` as written in `wire` order
+    /// (`hdr` is now in `order`), taken as little-endian 16-bit words, unfolded: a value
+    /// congruent to that sum modulo 0xffff, which is all a one's complement checksum keeps.
+    #[inline]
+    pub fn image_sum(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> u64 {
+        if order == wire && hdr.len() == self.header_len {
+            masked_sum(hdr, self.mask(order))
+        } else {
+            self.image_sum_slow(hdr, order, wire)
+        }
+    }
+
+    /// [`Cover::image_sum`] building the image field by field.
+    #[cold]
+    #[inline(never)]
+    fn image_sum_slow(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> u64 {
+        let mut fixed = [0u8; 64];
+        let mut grown = Vec::new();
+        let img: &mut [u8] = if self.header_len <= fixed.len() {
+            &mut fixed[..self.header_len]
+        } else {
+            grown.resize(self.header_len, 0);
+            &mut grown
+        };
+        for &l in &self.locs {
+            write_bits(img, l, wire, read_bits(hdr, l, order));
+        }
+        masked_sum(img, self.mask(wire))
+    }
+}
+
+/// Eight bytes as a little-endian integer.
+#[inline(always)]
+pub(crate) fn le_word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(w)
+}
+
+/// A 64-bit word folded to its two 32-bit halves' sum (congruent modulo 0xffff to the sum of
+/// its four 16-bit words).
+#[inline(always)]
+pub(crate) fn fold32(w: u64) -> u64 {
+    (w >> 32) + (w & 0xffff_ffff)
+}
+
+/// The last `data.len() % 8` bytes of `data` as a little-endian integer (0 if none): one load
+/// of the last eight bytes when there are eight.
+#[inline(always)]
+pub(crate) fn le_tail(data: &[u8]) -> u64 {
+    let r = data.len() % 8;
+    if r == 0 {
+        0
+    } else if data.len() >= 8 {
+        le_word(&data[data.len() - 8..]) >> (8 * (8 - r))
+    } else {
+        data.iter().rev().fold(0, |w, &b| (w << 8) | b as u64)
+    }
+}
+
+/// The sum of `data`'s little-endian 64-bit words (the last one zero-padded), each ANDed with
+/// the word of `mask` at its index and folded to 32 bits. Words beyond `mask` count as zero.
+#[inline(always)]
+fn masked_sum(data: &[u8], mask: &[u64]) -> u64 {
+    let mut chunks = data.chunks_exact(8);
+    let mut sum = 0;
+    for (c, m) in (&mut chunks).zip(mask) {
+        sum += fold32(le_word(c) & m);
+    }
+    let m = mask.get(data.len() / 8).copied().unwrap_or(0);
+    sum + fold32(le_tail(data) & m)
 }
 
 /// Write `value` (truncated to the field's width) into the field at `loc` of `hdr`. Bits that
@@ -544,11 +637,13 @@ mod tests {
         }
 
         #[test]
-        fn a_cover_sums_what_read_bits_reads(
+        fn a_cover_sums_the_senders_image(
             len in 0usize..24, fields in proptest::collection::vec((0u32..190, 1u8..=64), 0..8),
-            big: bool, bytes in proptest::collection::vec(any::<u8>(), 24), other in 0usize..24,
+            big: bool, wire_big: bool, bytes in proptest::collection::vec(any::<u8>(), 24),
+            other in 0usize..24,
         ) {
             let order = if big { ByteOrder::Big } else { ByteOrder::Little };
+            let wire = if wire_big { ByteOrder::Big } else { ByteOrder::Little };
             let locs: Vec<FieldLoc> = fields
                 .iter()
                 .map(|&(bit_offset, bits)| FieldLoc { bit_offset, bits })
@@ -556,14 +651,16 @@ mod tests {
                 .collect();
             let cover = Cover::new(&locs, len);
             for h in [&bytes[..len], &bytes[..other]] {
-                let want: u64 = locs
-                    .iter()
-                    .map(|&l| {
-                        let v = read_bits(h, l, order);
-                        (v >> 32) + (v & 0xffff_ffff)
-                    })
+                // The reference: the image built field by field, summed as 16-bit words.
+                let mut img = vec![0u8; len + 1];
+                for &l in &locs {
+                    write_bits(&mut img[..len], l, wire, read_bits(h, l, order));
+                }
+                let want: u64 = img
+                    .chunks_exact(2)
+                    .map(|w| u16::from_le_bytes([w[0], w[1]]) as u64)
                     .sum();
-                prop_assert_eq!(cover.sum_values(h, order), want);
+                prop_assert_eq!(cover.image_sum(h, order, wire) % 0xffff, want % 0xffff);
             }
         }
 

@@ -111,6 +111,9 @@ pub struct Packet<'a> {
     pub(crate) msg: &'a mut Msg,
     pub(crate) layout: &'a Layout,
     pub(crate) order: ByteOrder,
+    /// The order the header was written in (differs from `order` only for a delivery the
+    /// accelerator converted from the peer's order).
+    pub(crate) wire: ByteOrder,
     pub(crate) now: Time,
     pub(crate) layer: usize,
     pub(crate) pool: &'a mut Pool,
@@ -185,6 +188,13 @@ impl<'a> Packet<'a> {
     #[inline]
     pub fn order(&self) -> ByteOrder {
         self.order
+    }
+
+    /// The byte order the header was written in by its sender: [`Packet::order`], unless
+    /// this is a delivery converted from a peer of the other order.
+    #[inline]
+    pub fn wire_order(&self) -> ByteOrder {
+        self.wire
     }
 
     /// Ask for a copy of the message as it is now (header area and body) in this layer's

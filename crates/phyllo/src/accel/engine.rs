@@ -582,6 +582,7 @@ impl<S: LayerSet> Connection<S> {
             return;
         };
         m.pop_front(PREAMBLE_LEN);
+        self.rx_wire = pre.order;
         let cid = self.pa().conn_id_len;
         let pa = self.pa.as_mut().expect("accelerated connection");
         // What this datagram would teach us (identity, cookie, that the peer knows ours) is
@@ -699,7 +700,8 @@ impl<S: LayerSet> Connection<S> {
         // The fast path: filter, enabled, prediction.
         let miss = {
             let (h, b) = m.data().split_at(hl);
-            match pa.deliver_filter.run(&mut FilterCtx::deliver(h, native, b)) {
+            let mut ctx = FilterCtx::deliver(h, native, b).written_in(self.rx_wire);
+            match pa.deliver_filter.run(&mut ctx) {
                 0 if self.disable[1] > 0 || !pa.fast_deliver => Some(Miss::Disabled),
                 0 => {
                     let same = masked_eq(h, &pa.predict_deliver.bytes[..hl], &pa.proto_mask);

@@ -441,6 +441,7 @@ impl CompiledFilter {
         let body = &DigestIn {
             body: ctx.body,
             order: ctx.order,
+            wire: ctx.wire,
             cover: &self.cover,
         };
         match &mut ctx.header {

@@ -66,6 +66,7 @@ pub enum Digest {
 pub(crate) struct DigestIn<'a> {
     pub(crate) body: &'a [u8],
     pub(crate) order: crate::field::ByteOrder,
+    pub(crate) wire: crate::field::ByteOrder,
     pub(crate) cover: &'a crate::field::Cover,
 }
 
@@ -101,7 +102,13 @@ impl Digest {
         match self {
             Digest::InetChecksum => inet_checksum(body) as u64,
             Digest::BodyLen => body.len() as u64,
-            Digest::InetChecksumCovered => crate::layers::internet_checksum(&[body]) as u64,
+            Digest::InetChecksumCovered => crate::layers::covered_checksum(
+                &[],
+                crate::field::ByteOrder::Little,
+                crate::field::ByteOrder::Little,
+                &crate::field::Cover::EMPTY,
+                body,
+            ) as u64,
         }
     }
 
@@ -110,54 +117,18 @@ impl Digest {
     pub(crate) fn compute_in(self, header: &[u8], m: &DigestIn<'_>) -> u64 {
         match self {
             Digest::InetChecksumCovered => {
-                crate::layers::covered_checksum(header, m.order, m.cover, m.body) as u64
+                crate::layers::covered_checksum(header, m.order, m.wire, m.cover, m.body) as u64
             }
             d => d.compute(m.body),
         }
     }
 }
 
-/// The RFC 1071 Internet checksum of `data`.
-///
-/// The one's complement sum does not depend on the word size nor on the byte order it is
-/// computed in, as long as the result is folded and swapped back (RFC 1071 §2(A), (B)). So
-/// this adds little-endian 32-bit words into a 64-bit accumulator, a loop the compiler
-/// vectorises, folds the sum to 16 bits and swaps the two bytes: the value of the textbook
-/// loop over big-endian 16-bit words, several times faster.
-///
-/// Never inlined: one copy of the vectorised loop serves every caller, so the interpreter
-/// and the compiled form pay exactly the same for a digest (inlined into the compiled form's
-/// large dispatch function it measured slower).
+/// The RFC 1071 Internet checksum of `data`: the little-endian sum
+/// ([`crate::layers::ones_sum_le`]), folded, swapped back to the textbook big-endian value
+/// (RFC 1071 §2(B)) and complemented.
 pub fn inet_checksum(data: &[u8]) -> u16 {
-    // Blocks of at most 2^16 bytes: at most 2^14 words below 2^32 each, so a block's plain
-    // u64 sum cannot overflow; blocks are added with end-around carry.
-    let mut total: u64 = 0;
-    for block in data.chunks(1 << 16) {
-        let words = block.chunks_exact(4);
-        let rest = words.remainder();
-        let mut sum: u64 = words
-            .map(|w| {
-                let mut b = [0u8; 4];
-                b.copy_from_slice(w);
-                u32::from_le_bytes(b) as u64
-            })
-            .sum();
-        if !rest.is_empty() {
-            // Blocks and words start at even offsets, so zero padding on the right is
-            // RFC 1071's padding of an odd last byte.
-            let mut b = [0u8; 4];
-            b[..rest.len()].copy_from_slice(rest);
-            sum += u32::from_le_bytes(b) as u64;
-        }
-        let (t, carry) = total.overflowing_add(sum);
-        // On overflow `t <= u64::MAX - 1`, so adding the carry back cannot overflow again.
-        total = t + carry as u64;
-    }
-    while total >> 16 != 0 {
-        total = (total & 0xffff) + (total >> 16);
-    }
-    // Little-endian words sum to the byte-swapped big-endian sum.
-    !(total as u16).swap_bytes()
+    !crate::layers::fold16(crate::layers::ones_sum_le(data)).swap_bytes()
 }
 
 #[cfg(test)]

@@ -45,15 +45,22 @@ impl VerifiedFilter {
         if !admits(self.header_len, self.writes, ctx) {
             return REJECT_CONTEXT;
         }
-        let (order, body) = (ctx.order, ctx.body);
+        let orders = (ctx.order, ctx.wire);
+        let body = ctx.body;
         match &mut ctx.header {
-            Header::Writable(h) => interpret_on(self, &mut **h, order, body),
-            Header::ReadOnly(h) => interpret_on(self, *h, order, body),
+            Header::Writable(h) => interpret_on(self, &mut **h, orders, body),
+            Header::ReadOnly(h) => interpret_on(self, *h, orders, body),
         }
     }
 }
 
-fn interpret_on<H: HeaderIo>(f: &VerifiedFilter, mut hdr: H, order: ByteOrder, body: &[u8]) -> u64 {
+/// `orders`: the header's order now, and the order its sender wrote it in.
+fn interpret_on<H: HeaderIo>(
+    f: &VerifiedFilter,
+    mut hdr: H,
+    (order, wire): (ByteOrder, ByteOrder),
+    body: &[u8],
+) -> u64 {
     let mut stack = Stack {
         slots: [0; STACK_CAPACITY],
         len: 0,
@@ -67,6 +74,7 @@ fn interpret_on<H: HeaderIo>(f: &VerifiedFilter, mut hdr: H, order: ByteOrder, b
                 let m = DigestIn {
                     body,
                     order,
+                    wire,
                     cover: &f.cover,
                 };
                 stack.push(id.resolve().map_or(0, |d| d.compute_in(hdr.bytes(), &m)))

@@ -101,6 +101,7 @@ enum Header<'a> {
 pub struct FilterCtx<'a> {
     header: Header<'a>,
     order: ByteOrder,
+    wire: ByteOrder,
     body: &'a [u8],
 }
 
@@ -110,6 +111,7 @@ impl<'a> FilterCtx<'a> {
         FilterCtx {
             header: Header::Writable(header),
             order,
+            wire: order,
             body,
         }
     }
@@ -119,8 +121,17 @@ impl<'a> FilterCtx<'a> {
         FilterCtx {
             header: Header::ReadOnly(header),
             order,
+            wire: order,
             body,
         }
+    }
+
+    /// The order the sender wrote the header in, when the receiver has converted it to
+    /// `order` since (by default the two are the same): the covered checksum sums the header
+    /// as it was written.
+    pub fn written_in(mut self, wire: ByteOrder) -> FilterCtx<'a> {
+        self.wire = wire;
+        self
     }
 
     /// The header bytes (as the filter left them, after a run).
