@@ -278,7 +278,7 @@ pub struct Cover {
 
 /// A field's 8-byte window in a header of known length, and where the field sits in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Win {
+pub(crate) struct Win {
     start: usize,
     off: u32,
     mask: u64,
@@ -288,7 +288,7 @@ struct Win {
 
 impl Win {
     /// The window of the field at `loc` in headers of `header_len` bytes, if it has one.
-    fn of(loc: FieldLoc, header_len: usize) -> Option<Win> {
+    pub(crate) fn of(loc: FieldLoc, header_len: usize) -> Option<Win> {
         window(header_len, loc).map(|(start, off)| Win {
             start,
             off,
@@ -299,7 +299,7 @@ impl Win {
 
     /// Read the field from `hdr` (which holds the window).
     #[inline(always)]
-    fn get(self, hdr: &[u8], order: ByteOrder) -> u64 {
+    pub(crate) fn get(self, hdr: &[u8], order: ByteOrder) -> u64 {
         let b = load8(hdr, self.start);
         match order {
             ByteOrder::Little => (u64::from_le_bytes(b) >> self.off) & self.mask,
@@ -309,7 +309,7 @@ impl Win {
 
     /// Write `value` (truncated to the field's width) into `hdr`, sparing the other bits.
     #[inline(always)]
-    fn put(self, hdr: &mut [u8], order: ByteOrder, value: u64) {
+    pub(crate) fn put(self, hdr: &mut [u8], order: ByteOrder, value: u64) {
         let v = value & self.mask;
         let b = load8(hdr, self.start);
         let out = match order {

@@ -269,6 +269,14 @@ impl HeaderCopy {
         HeaderCopy { bytes, len }
     }
 
+    /// Overwrite with a copy of `header` (at most [`MAX_HEADER`] bytes of it).
+    #[inline]
+    pub(crate) fn set(&mut self, header: &[u8]) {
+        let len = header.len().min(MAX_HEADER);
+        self.bytes[..len].copy_from_slice(&header[..len]);
+        self.len = len;
+    }
+
     #[inline]
     pub(crate) fn view<'a>(&'a self, layout: &'a Layout, order: ByteOrder) -> Hdr<'a> {
         Hdr::new(&self.bytes[..self.len], layout, order)
