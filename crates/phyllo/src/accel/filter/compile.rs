@@ -7,11 +7,10 @@
 //! specialised operation on fixed slots of a register file (`slots[d]` is stack entry `d`),
 //! with
 //!
-//! - field locations resolved once, and byte-aligned 8/16/32/64-bit fields turned into direct
-//!   integer loads and stores in the right byte order (one lowering per byte order, chosen at
-//!   the start of a run, so no per-op order test); any other field whose bits lie within a 1, 2,
-//!   4 or 8-byte window of the header becomes one load of that window, a shift and a mask (a
-//!   read-modify-write to store);
+//! - field locations resolved once: every field of a header of at least eight bytes becomes
+//!   one 8-byte load of its window, a shift and a mask (a read-modify-write to store), in the
+//!   right byte order (one lowering per byte order, chosen at the start of a run, so no per-op
+//!   order test); fields of shorter headers use the general bit-level accessors;
 //! - digests resolved from their ids once;
 //! - common sequences fused into one operation whose operands are read directly, without
 //!   touching the slots: `PUSH x; PUSH y; <binop>; ABORT c` (the frag layer's size check, the
@@ -565,26 +564,6 @@ fn lower(f: &VerifiedFilter, order: ByteOrder, options: CompileOptions) -> (Vec<
         i += 1;
     }
     (out, slots)
-}
-
-#[cfg(test)]
-impl CompiledFilter {
-    /// Whether the lowering used a direct (byte-aligned) accessor for every field access.
-    pub(super) fn all_fields_direct(&self) -> bool {
-        let direct = |a: &Acc| !matches!(a, Acc::Bits(..));
-        let src_direct = |s: &Src| match s {
-            Src::Field(a) => direct(a),
-            _ => true,
-        };
-        self.big.iter().all(|c| match c {
-            COp::Load { acc, .. } | COp::Store { acc, .. } => direct(acc),
-            COp::StoreSrc { x, acc } => src_direct(x) && direct(acc),
-            COp::AbortIfSrc { x, .. } | COp::BinSrc { y: x, .. } => src_direct(x),
-            COp::AbortBin { x, y, .. } => src_direct(x) && src_direct(y),
-            COp::AbortRange { x, .. } => src_direct(x),
-            _ => true,
-        })
-    }
 }
 
 #[cfg(test)]
