@@ -418,16 +418,49 @@ pub(crate) fn fold32(w: u64) -> u64 {
 }
 
 /// The last `data.len() % 8` bytes of `data` as a little-endian integer (0 if none): one load
-/// of the last eight bytes when there are eight.
+/// of the last eight bytes when there are eight, else two overlapping loads.
 #[inline(always)]
 pub(crate) fn le_tail(data: &[u8]) -> u64 {
-    let r = data.len() % 8;
+    let n = data.len();
+    let r = n % 8;
     if r == 0 {
         0
-    } else if data.len() >= 8 {
-        le_word(&data[data.len() - 8..]) >> (8 * (8 - r))
+    } else if n >= 8 {
+        le_word(&data[n - 8..]) >> (8 * (8 - r))
     } else {
-        data.iter().rev().fold(0, |w, &b| (w << 8) | b as u64)
+        le_short(data)
+    }
+}
+
+/// Fewer than eight bytes as a little-endian integer: the first and the last four (or two)
+/// bytes, overlapping, instead of a loop over them.
+#[inline(always)]
+fn le_short(d: &[u8]) -> u64 {
+    let n = d.len();
+    let le = |s: &[u8]| s.iter().rev().fold(0u64, |w, &b| (w << 8) | b as u64);
+    if n >= 4 {
+        le(&d[..4]) | (le(&d[n - 4..]) >> (8 * (8 - n)) << 32)
+    } else if n >= 2 {
+        le(&d[..2]) | (le(&d[n - 2..]) >> (8 * (4 - n)) << 16)
+    } else {
+        d.first().map_or(0, |&b| b as u64)
+    }
+}
+
+/// At most sixteen bytes as two little-endian words, zero-padded: two loads, no loop (short
+/// headers and bodies are the common case of a protocol for small messages).
+#[inline(always)]
+pub(crate) fn two_words(d: &[u8]) -> (u64, u64) {
+    let n = d.len();
+    if n >= 8 {
+        let w1 = if n > 8 {
+            le_word(&d[n - 8..]) >> (8 * (16 - n.min(16)))
+        } else {
+            0
+        };
+        (le_word(d), w1)
+    } else {
+        (le_short(d), 0)
     }
 }
 
@@ -435,6 +468,11 @@ pub(crate) fn le_tail(data: &[u8]) -> u64 {
 /// the word of `mask` at its index and folded to 32 bits. Words beyond `mask` count as zero.
 #[inline(always)]
 fn masked_sum(data: &[u8], mask: &[u64]) -> u64 {
+    if data.len() <= 16 {
+        let (w0, w1) = two_words(data);
+        let m = |k: usize| mask.get(k).copied().unwrap_or(0);
+        return fold32(w0 & m(0)) + fold32(w1 & m(1));
+    }
     let mut chunks = data.chunks_exact(8);
     let mut sum = 0;
     for (c, m) in (&mut chunks).zip(mask) {

@@ -8,7 +8,7 @@
 //! the sender's byte order.
 
 use crate::accel::filter::{DigestId, Op, Segment};
-use crate::field::{fold32, le_tail, le_word, ByteOrder, Cover, FieldClass, FieldHandle};
+use crate::field::{fold32, le_tail, le_word, two_words, ByteOrder, Cover, FieldClass, FieldHandle};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::FieldRegistry;
@@ -22,6 +22,10 @@ use crate::layout::FieldRegistry;
 /// by a loop the compiler vectorises.
 #[inline]
 pub fn ones_sum_le(data: &[u8]) -> u64 {
+    if data.len() <= 16 {
+        let (w0, w1) = two_words(data);
+        return fold32(w0) + fold32(w1);
+    }
     if data.len() > 64 {
         return ones_sum_le_long(data);
     }
@@ -64,13 +68,15 @@ fn ones_sum_le_long(data: &[u8]) -> u64 {
     total
 }
 
-/// A one's complement sum folded to 16 bits (end-around carry).
+/// A one's complement sum folded to 16 bits (end-around carry), in four fixed steps: after
+/// the first the sum is below 2^33, after the second below 2^17 + 2^16, after the third at
+/// most 0x10002, after the fourth at most 0xffff.
 #[inline]
-pub fn fold16(mut sum: u64) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+pub fn fold16(sum: u64) -> u16 {
+    let s = (sum & 0xffff_ffff) + (sum >> 32);
+    let s = (s & 0xffff) + (s >> 16);
+    let s = (s & 0xffff) + (s >> 16);
+    ((s & 0xffff) + (s >> 16)) as u16
 }
 
 /// The checksum layer.
