@@ -93,7 +93,7 @@ impl Msg {
 
     /// Move the start back by `n` bytes (growing the headroom if it is too small) and return
     /// them, unwritten.
-    #[inline]
+    #[inline(always)]
     fn reserve_front(&mut self, n: usize) -> &mut [u8] {
         if n > self.start {
             self.grow_front(n);
