@@ -1,8 +1,8 @@
 //! The accelerator's critical path, in callgrind instruction counts (deterministic, unlike
 //! wall-clock time): per 8-byte message over memlink, the accelerated send and delivery each
-//! execute fewer instructions than the layered ones, and together at most 85 % of them — a
-//! regression guard above the 0.64 (release) and 0.75 (test profile) measured (seed 004's goal of ⅓ is
-//! not met yet: see `phyllo report`, experiment `accel`).
+//! execute fewer instructions than the layered ones, and together at most 70 % of them — a
+//! regression guard above the 0.49 (release) and 0.62 (test profile) measured (seed 004's goal
+//! of ⅓ is not met yet: see `phyllo report`, experiment `accel`).
 //!
 //! Passes with a message when valgrind is missing.
 
@@ -23,5 +23,5 @@ fn the_accelerated_critical_path_executes_fewer_instructions() {
     assert!(on.send < off.send, "send: {on:?} vs {off:?}");
     assert!(on.deliver < off.deliver, "deliver: {on:?} vs {off:?}");
     let ratio = (on.send + on.deliver) / (off.send + off.deliver);
-    assert!(ratio <= 0.85, "critical path ratio {ratio:.3}");
+    assert!(ratio <= 0.70, "critical path ratio {ratio:.3}");
 }

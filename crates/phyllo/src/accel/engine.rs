@@ -603,7 +603,7 @@ impl<S: LayerSet> Connection<S> {
         } else {
             pa.stats.with_conn_id += 1;
         }
-        m.prepend(&pa.preambles[present as usize]);
+        m.prepend_array(&pa.preambles[present as usize]);
         pa.stats.header_bytes += (PREAMBLE_LEN + self.layout.header_len()
             - if present { 0 } else { pa.conn_id_len }) as u64;
     }
@@ -656,8 +656,13 @@ impl<S: LayerSet> Connection<S> {
             // Restore the identification left off the wire, in the sender's byte order like
             // the rest of the header (converted below with it).
             if pre.order == native {
-                // The template holds the identification, in native order, in its first bytes.
-                m.prepend(&self.template.bytes[..cid]);
+                // The template holds the identification, in native order, in its first bytes
+                // (usually eight: one fixed-size move).
+                let id = &self.template.bytes[..cid];
+                match <&[u8; 8]>::try_from(id) {
+                    Ok(id) => m.prepend_array(id),
+                    Err(_) => m.prepend(id),
+                }
             } else {
                 let ident = pa.conn_ident.unwrap_or(0);
                 let h = m.push_front(cid);
