@@ -8,7 +8,9 @@
 //! the sender's byte order.
 
 use crate::accel::filter::{DigestId, Op, Segment};
-use crate::field::{fold32, le_tail, le_word, two_words, ByteOrder, Cover, FieldClass, FieldHandle};
+use crate::field::{
+    fold32, le_tail, le_word, two_words, ByteOrder, Cover, FieldClass, FieldHandle,
+};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::FieldRegistry;
@@ -95,7 +97,13 @@ impl Checksum {
         static NONE: Cover = Cover::EMPTY;
         let none = &NONE;
         let cover = pkt.layout().upper_cover(pkt.layer()).unwrap_or(&none);
-        covered_checksum(pkt.header(), pkt.order(), pkt.wire_order(), cover, pkt.body())
+        covered_checksum(
+            pkt.header(),
+            pkt.order(),
+            pkt.wire_order(),
+            cover,
+            pkt.body(),
+        )
     }
 }
 
@@ -199,9 +207,18 @@ mod tests {
     #[test]
     fn covered_checksum_is_the_senders_in_either_order() {
         let locs = [
-            FieldLoc { bit_offset: 3, bits: 13 },
-            FieldLoc { bit_offset: 16, bits: 32 },
-            FieldLoc { bit_offset: 50, bits: 7 },
+            FieldLoc {
+                bit_offset: 3,
+                bits: 13,
+            },
+            FieldLoc {
+                bit_offset: 16,
+                bits: 32,
+            },
+            FieldLoc {
+                bit_offset: 50,
+                bits: 7,
+            },
         ];
         let cover = Cover::new(&locs, 11);
         let values = [0x1abc, 0xdead_beef, 0x55];

@@ -709,6 +709,9 @@ mod tests {
                 }
             }
         }
-        assert!(windows > 10_000 && bit_level > 50, "{windows} windows, {bit_level} bit-level");
+        assert!(
+            windows > 10_000 && bit_level > 50,
+            "{windows} windows, {bit_level} bit-level"
+        );
     }
 }
