@@ -95,8 +95,7 @@ impl Checksum {
 
     fn compute(&self, pkt: &Packet<'_>) -> u16 {
         static NONE: Cover = Cover::EMPTY;
-        let none = &NONE;
-        let cover = pkt.layout().upper_cover(pkt.layer()).unwrap_or(&none);
+        let cover = pkt.layout().upper_cover(pkt.layer()).unwrap_or(&NONE);
         covered_checksum(
             pkt.header(),
             pkt.order(),
