@@ -4,8 +4,8 @@
 //! message, not on protocol state. The 16-bit field covers the header fields of every layer
 //! above it and the body, so a corrupted sequence number is caught as surely as a corrupted
 //! payload byte. (Fields of layers below are written after it, as in any layered stack.) The
-//! covered fields are summed by value (each as four 16-bit words), so the checksum does not depend on
-//! the sender's byte order.
+//! header is summed as its sender wrote it, masked to the covered fields; a receiver that
+//! converted it from the other byte order rebuilds that image, so both ends agree.
 
 use crate::accel::filter::{DigestId, Op, Segment};
 use crate::field::{

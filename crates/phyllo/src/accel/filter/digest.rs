@@ -52,9 +52,9 @@ pub enum Digest {
     InetChecksum,
     /// The body length in bytes (the same value as `PUSH_SIZE`).
     BodyLen,
-    /// The Internet checksum of the values of the filter's *cover* fields (read from the header in
-    /// its byte order, see [`crate::layers::covered_checksum`]) and of the
-    /// body: the `checksum` layer's value, which protects the header fields of the layers
+    /// The one's complement checksum of the filter's *cover* fields, as the header's sender
+    /// wrote them (the header masked to them, see [`crate::layers::covered_checksum`]), and of
+    /// the body: the `checksum` layer's value, which protects the header fields of the layers
     /// above it too. The cover is fixed when the filter is built
     /// ([`VerifiedFilter::with_cover`](super::VerifiedFilter::with_cover)); it must not include
     /// the field the checksum is written to.
