@@ -199,15 +199,19 @@ impl Window {
         }
     }
 
-    /// A data message left carrying the cumulative ack `wire_ack` (gossip: with the
+    /// A data message left at `now` carrying the cumulative ack `wire_ack` (gossip: with the
     /// accelerator a reply may leave before the delivery it answers is post-processed, so it
-    /// can be behind `rcv_next`). What it covers needs no separate ack; the rest still does.
-    fn acked_up_to(&mut self, wire_ack: u64) {
-        let behind = self.rcv_next.wrapping_sub(wire_ack) & SEQ_MASK;
+    /// can be behind `rcv_next`). What it covers needs no separate ack; the rest still does,
+    /// within the ack delay counted from now: those messages arrived after the ack was
+    /// predicted. (Keeping the first deadline instead sent a standalone ack every 200 µs of a
+    /// ping-pong whose piggybacked acks always lag by one: 7 % more datagrams.)
+    fn acked_up_to(&mut self, wire_ack: u64, now: Time) {
+        let behind = (self.rcv_next.wrapping_sub(wire_ack) & SEQ_MASK) as usize;
         if behind == 0 {
             self.ack_sent();
-        } else {
-            self.unacked_rx = self.unacked_rx.min(behind as usize);
+        } else if behind < self.unacked_rx {
+            self.unacked_rx = behind;
+            self.ack_at = Some(now + self.cfg.ack_delay);
         }
     }
 
@@ -326,7 +330,7 @@ impl Layer for Window {
             Handoff::Passed { copy: Some(c) } => {
                 self.sent(c, cx.now());
                 if let Some(f) = self.f {
-                    self.acked_up_to(hdr.get(f.ack));
+                    self.acked_up_to(hdr.get(f.ack), cx.now());
                 }
             }
             Handoff::Passed { copy: None } => {}
