@@ -217,17 +217,22 @@ impl Pool {
                 m.clear(HEADROOM);
                 m
             }
-            None => {
-                self.fresh += 1;
-                let mut m = Msg {
-                    buf: Vec::with_capacity(HEADROOM + 1536),
-                    start: 0,
-                    end: 0,
-                };
-                m.clear(HEADROOM);
-                m
-            }
+            None => self.alloc_fresh(),
         }
+    }
+
+    /// A newly allocated buffer (out of line: the steady state recycles).
+    #[cold]
+    #[inline(never)]
+    fn alloc_fresh(&mut self) -> Msg {
+        self.fresh += 1;
+        let mut m = Msg {
+            buf: Vec::with_capacity(HEADROOM + 1536),
+            start: 0,
+            end: 0,
+        };
+        m.clear(HEADROOM);
+        m
     }
 
     /// A message holding a copy of `data` behind [`HEADROOM`].
