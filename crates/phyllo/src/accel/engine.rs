@@ -191,6 +191,10 @@ pub(crate) struct Pa {
     backlog: VecDeque<(Msg, bool, u64)>,
     backlog_bytes: usize,
     mtu: usize,
+    /// The backlog's bound in bytes: 256 KiB, ~190 full datagrams, enough to keep a
+    /// streaming sender's link busy while post-processing runs, and few enough buffers for
+    /// the pool to recycle (with 4 MiB a 300 000-message UDP stream allocated fresh buffers
+    /// for a fifth of its messages: 7.4-8.5 M msgs/s against 11.0-11.5 M with 256 KiB).
     max_backlog: usize,
     transform: Vec<usize>,
     /// How many layers at the bottom of the stack transform the body (run before the
@@ -281,7 +285,7 @@ pub(crate) fn build<S: LayerSet>(
         backlog: VecDeque::new(),
         backlog_bytes: 0,
         mtu,
-        max_backlog: 4 << 20,
+        max_backlog: 256 << 10,
         transform: (0..n).filter(|&i| layers.transforms_body_at(i)).collect(),
         bottom_transforms: (0..n)
             .rev()
