@@ -425,6 +425,24 @@ impl HierarchyConfig {
         }
     }
 
+    /// Three cachegrind-mode hierarchies of differing geometry (sizes, ways, line sizes,
+    /// a direct-mapped L1D among them): what the analyzer is cross-checked against
+    /// cachegrind on, in the report and in the tests.
+    pub fn cachegrind_crosscheck() -> [HierarchyConfig; 3] {
+        let g = |s: &str| CacheConfig::parse(s).expect("valid built-in geometry");
+        let h = |l1i, l1d, l2| HierarchyConfig {
+            l1i: g(l1i),
+            l1d: g(l1d),
+            l2: Some(g(l2)),
+            mode: Mode::Cachegrind,
+        };
+        [
+            h("16k:4:32", "16k:4:32", "256k:8:64"),
+            h("8k:2:64", "32k:8:64", "1m:16:64"),
+            h("32k:8:64", "8k:1:32", "512k:8:64"),
+        ]
+    }
+
     /// The same hierarchy with another L1I.
     pub fn with_l1i(mut self, l1i: CacheConfig) -> Self {
         self.l1i = l1i;

@@ -12,7 +12,7 @@
 use std::process::Command;
 
 use phyllo_analyze::analysis::Setup;
-use phyllo_analyze::cache::{CacheConfig, HierarchyConfig, Mode};
+use phyllo_analyze::cache::HierarchyConfig;
 use phyllo_analyze::capture::{self, Workload};
 use phyllo_analyze::session;
 
@@ -45,27 +45,7 @@ fn cachegrind_agrees_within_one_percent() {
     if skip() {
         return;
     }
-    let g = |s: &str| CacheConfig::parse(s).unwrap();
-    let geoms = [
-        HierarchyConfig {
-            l1i: g("16k:4:32"),
-            l1d: g("16k:4:32"),
-            l2: Some(g("256k:8:64")),
-            mode: Mode::Cachegrind,
-        },
-        HierarchyConfig {
-            l1i: g("8k:2:64"),
-            l1d: g("32k:8:64"),
-            l2: Some(g("1m:16:64")),
-            mode: Mode::Cachegrind,
-        },
-        HierarchyConfig {
-            l1i: g("32k:8:64"),
-            l1d: g("8k:1:32"),
-            l2: Some(g("512k:8:64")),
-            mode: Mode::Cachegrind,
-        },
-    ];
+    let geoms = HierarchyConfig::cachegrind_crosscheck();
     let mut p = session::prepare(compute(2)).unwrap();
     let setup = Setup {
         hierarchies: geoms.to_vec(),

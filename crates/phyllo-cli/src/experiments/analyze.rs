@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use phyllo_analyze::analysis::{FusionSetup, LayoutSetup, Report, Setup};
-use phyllo_analyze::cache::{CacheConfig, HierarchyConfig, Mode};
+use phyllo_analyze::cache::{CacheConfig, HierarchyConfig};
 use phyllo_analyze::capture;
 use phyllo_analyze::insn::Class;
 use phyllo_analyze::layout::{Layout, LayoutKind};
@@ -422,27 +422,7 @@ impl Experiment for Analyze {
 
         // Cross-checks against cachegrind and callgrind (small compute run, whole program).
         let small = workload("compute", packets, 2, 1)?;
-        let g = |x: &str| CacheConfig::parse(x).expect("valid geometry");
-        let geoms = [
-            HierarchyConfig {
-                l1i: g("16k:4:32"),
-                l1d: g("16k:4:32"),
-                l2: Some(g("256k:8:64")),
-                mode: Mode::Cachegrind,
-            },
-            HierarchyConfig {
-                l1i: g("8k:2:64"),
-                l1d: g("32k:8:64"),
-                l2: Some(g("1m:16:64")),
-                mode: Mode::Cachegrind,
-            },
-            HierarchyConfig {
-                l1i: g("32k:8:64"),
-                l1d: g("8k:1:32"),
-                l2: Some(g("512k:8:64")),
-                mode: Mode::Cachegrind,
-            },
-        ];
+        let geoms = HierarchyConfig::cachegrind_crosscheck();
         let mut sp = session::prepare(small.clone())?;
         let ours = session::analyze(
             &mut sp,
