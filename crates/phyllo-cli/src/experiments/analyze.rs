@@ -195,9 +195,9 @@ impl Experiment for Analyze {
                     pct(l.data as f64 / l.cycles.max(1) as f64),
                     pct(l.instr as f64 / l.cycles.max(1) as f64)
                 ),
-                format!("{:.3} / {:.3} / {:.3}", l.cpi, l.icpi, l.mcpi),
+                cpis(&l),
                 format!("{:.3}", c.cycles as f64 / norm),
-                format!("{:.3} / {:.3} / {:.3}", c.cpi, c.icpi, c.mcpi),
+                cpis(&c),
             ]);
         }
         sec.tables.push(Table {
@@ -293,7 +293,7 @@ impl Experiment for Analyze {
                 format!("{:.3}", b.cpu as f64 / base_c),
                 format!("{:.3}", b.data as f64 / base_c),
                 format!("{:.3}", b.instr as f64 / base_c),
-                format!("{:.3} / {:.3} / {:.3}", b.cpi, b.icpi, b.mcpi),
+                cpis(&b),
             ]);
         }
         sec.tables.push(Table {
@@ -513,4 +513,9 @@ impl Experiment for Analyze {
             .push(("analyze.protocol_icpi".into(), breakdown(lan, 0, 4).icpi));
         Ok(Outcome::Done(sec))
     }
+}
+
+/// A breakdown's "CPI / iCPI / mCPI" cell.
+fn cpis(b: &Breakdown) -> String {
+    format!("{:.3} / {:.3} / {:.3}", b.cpi, b.icpi, b.mcpi)
 }
