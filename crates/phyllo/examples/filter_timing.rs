@@ -15,7 +15,7 @@ use phyllo::field::ByteOrder;
 
 #[path = "../benches/common/filter_programs.rs"]
 mod programs;
-use programs::{layout, message, programs};
+use programs::{layout, message, programs, HEADER};
 
 const ROUNDS: usize = 300;
 const BATCH: usize = 2000;
@@ -39,8 +39,8 @@ fn min_ns(fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
 #[inline(always)]
 fn once(
     dir: Direction,
-    h: &mut [u8; 7],
-    hdr: &[u8; 7],
+    h: &mut [u8; HEADER],
+    hdr: &[u8; HEADER],
     body: &[u8],
     run: impl Fn(&mut FilterCtx<'_>) -> u64,
 ) {

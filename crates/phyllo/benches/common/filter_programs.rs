@@ -1,6 +1,8 @@
 //! The programs and header shared by the `filter` bench and the `filter_timing` example: the
-//! send and delivery filters of a window+checksum+frag-like stack over a hand-built 7-byte
-//! header, and a digest-free program of field checks.
+//! send and delivery filters of a window+checksum+frag-like stack over a hand-built 15-byte
+//! header laid out like the accelerator's (the 64-bit connection identification first, so
+//! at least eight bytes, as every accelerated header has), and a digest-free program of
+//! field checks.
 
 use phyllo::accel::filter::{DigestId, Direction, FieldTable, Op, ProgramBuilder};
 use phyllo::field::{FieldHandle, FieldLoc};
@@ -9,8 +11,12 @@ pub fn loc(bit_offset: u32, bits: u8) -> FieldLoc {
     FieldLoc { bit_offset, bits }
 }
 
-/// The 7-byte header: 32-bit sequence number (window), 1-bit fragment flag and 7-bit kind
-/// (frag), 16-bit Internet checksum (checksum).
+/// Bytes of the header.
+pub const HEADER: usize = 15;
+
+/// The 15-byte header: 64-bit connection identification (the accelerator's), 32-bit sequence
+/// number (window), 1-bit fragment flag and 7-bit kind (frag), 16-bit Internet checksum
+/// (checksum).
 pub struct Layout {
     pub table: FieldTable,
     pub seq: FieldHandle,
@@ -20,11 +26,12 @@ pub struct Layout {
 }
 
 pub fn layout() -> Layout {
-    let mut table = FieldTable::new(7, Vec::new());
-    let seq = table.push(loc(0, 32));
-    let frag = table.push(loc(32, 1));
-    let kind = table.push(loc(33, 7));
-    let csum = table.push(loc(40, 16));
+    let mut table = FieldTable::new(HEADER, Vec::new());
+    table.push(loc(0, 64));
+    let seq = table.push(loc(64, 32));
+    let frag = table.push(loc(96, 1));
+    let kind = table.push(loc(97, 7));
+    let csum = table.push(loc(104, 16));
     Layout {
         table,
         seq,
@@ -81,11 +88,12 @@ pub fn programs(l: &Layout) -> [(&'static str, Direction, ProgramBuilder); 3] {
 
 /// A body of `size` bytes and a header the delivery filters accept for it (seq 7, kind 5,
 /// correct checksum).
-pub fn message(size: usize) -> (Vec<u8>, [u8; 7]) {
+pub fn message(size: usize) -> (Vec<u8>, [u8; HEADER]) {
     let body: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
-    let mut hdr = [0u8; 7];
-    hdr[..4].copy_from_slice(&7u32.to_be_bytes());
-    hdr[4] = 5;
-    hdr[5..7].copy_from_slice(&phyllo::accel::filter::inet_checksum(&body).to_be_bytes());
+    let mut hdr = [0u8; HEADER];
+    hdr[..8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_be_bytes());
+    hdr[8..12].copy_from_slice(&7u32.to_be_bytes());
+    hdr[12] = 5;
+    hdr[13..15].copy_from_slice(&phyllo::accel::filter::inet_checksum(&body).to_be_bytes());
     (body, hdr)
 }
