@@ -6,28 +6,11 @@ mod common;
 use common::*;
 use phyllo::accel::preamble::Preamble;
 use phyllo::harness::Pair;
-use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::{Faults, MemLink};
 use phyllo::{Config, Connection, Role, Time};
 use std::time::Duration;
 
 const SPEC3: &str = "frag(1400):window(16):checksum";
-
-fn accel_static_pair(link: MemLink) -> Pair<Static4> {
-    let mk = |role| {
-        Connection::new(
-            phyllo::stack!(
-                Frag::new(1400),
-                Window::new(16),
-                Checksum::new(),
-                Seal::new()
-            ),
-            Config::accelerated(role),
-        )
-        .unwrap()
-    };
-    Pair::new(mk(Role::Initiator), mk(Role::Responder), link)
-}
 
 #[test]
 fn compact_header_of_an_ordinary_data_message_is_at_most_16_bytes() {
@@ -129,7 +112,7 @@ fn reliable_under_loss_and_reordering_with_the_accelerator() {
             got.len(),
             msgs.len()
         );
-        let mut pair = accel_static_pair(MemLink::new(f, seed));
+        let mut pair = static_pair_with(MemLink::new(f, seed), Config::accelerated);
         let got = exchange(&mut pair, &msgs);
         assert!(
             got == msgs,

@@ -28,9 +28,14 @@ pub fn static4() -> Static4 {
 
 /// A static pair over `link`.
 pub fn static_pair(link: MemLink) -> Pair<Static4> {
+    static_pair_with(link, Config::new)
+}
+
+/// A static pair over `link`, each end configured by `config` (e.g. `Config::accelerated`).
+pub fn static_pair_with(link: MemLink, config: fn(Role) -> Config) -> Pair<Static4> {
     Pair::new(
-        Connection::new(static4(), Config::new(Role::Initiator)).unwrap(),
-        Connection::new(static4(), Config::new(Role::Responder)).unwrap(),
+        Connection::new(static4(), config(Role::Initiator)).unwrap(),
+        Connection::new(static4(), config(Role::Responder)).unwrap(),
         link,
     )
 }
