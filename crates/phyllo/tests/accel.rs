@@ -146,6 +146,24 @@ fn fast_path_resumes_after_recovery() {
     assert!(fast >= 495 && slow <= 5, "fast {fast} slow {slow}");
 }
 
+/// The datagrams `c` transmits now, except those whose running number (counted in `n`)
+/// is in `drop`.
+fn transmitted_except(
+    c: &mut phyllo::DynConnection,
+    drop: &[usize],
+    n: &mut usize,
+) -> Vec<Vec<u8>> {
+    let mut keep = Vec::new();
+    while let Some(m) = c.poll_transmit() {
+        if !drop.contains(n) {
+            keep.push(m.data().to_vec());
+        }
+        *n += 1;
+        c.recycle(m);
+    }
+    keep
+}
+
 /// Drive A→B by hand, dropping chosen datagrams, and check what B delivers.
 fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
     let mut pair = Pair::accelerated(
@@ -163,22 +181,8 @@ fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
             next += 1;
         }
         // Filter what each side transmits before the link sees it.
-        let mut keep_a = Vec::new();
-        while let Some(m) = pair.a.poll_transmit() {
-            if !drop_a.contains(&na) {
-                keep_a.push(m.data().to_vec());
-            }
-            na += 1;
-            pair.a.recycle(m);
-        }
-        let mut keep_b = Vec::new();
-        while let Some(m) = pair.b.poll_transmit() {
-            if !drop_b.contains(&nb) {
-                keep_b.push(m.data().to_vec());
-            }
-            nb += 1;
-            pair.b.recycle(m);
-        }
+        let keep_a = transmitted_except(&mut pair.a, drop_a, &mut na);
+        let keep_b = transmitted_except(&mut pair.b, drop_b, &mut nb);
         for d in keep_a {
             pair.link.send(phyllo::link::memlink::Side::A, pair.now, &d);
         }
