@@ -229,10 +229,7 @@ impl<S: LayerSet> Connection<S> {
             disable: [0; 2],
             pa,
             unpack_scratch: Vec::new(),
-            template: HeaderCopy {
-                bytes: [0; crate::layout::MAX_HEADER],
-                len: 0,
-            },
+            template: HeaderCopy::zeroed(0),
             rx_wire: layout_order,
         };
         c.update_template();

@@ -261,12 +261,20 @@ pub(crate) struct HeaderCopy {
 }
 
 impl HeaderCopy {
+    /// A header area of `len` zero bytes.
+    pub(crate) const fn zeroed(len: usize) -> HeaderCopy {
+        HeaderCopy {
+            bytes: [0; MAX_HEADER],
+            len,
+        }
+    }
+
+    /// A copy of the first `header_len` bytes of `msg` (fewer if it is shorter).
     #[inline]
     pub(crate) fn of(msg: &Msg, header_len: usize) -> HeaderCopy {
-        let mut bytes = [0u8; MAX_HEADER];
-        let len = header_len.min(msg.len());
-        bytes[..len].copy_from_slice(&msg.data()[..len]);
-        HeaderCopy { bytes, len }
+        let mut c = HeaderCopy::zeroed(0);
+        c.set(&msg.data()[..header_len.min(msg.len())]);
+        c
     }
 
     /// Overwrite with a copy of `header` (at most [`MAX_HEADER`] bytes of it).

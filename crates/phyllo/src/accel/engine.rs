@@ -148,10 +148,7 @@ struct Pending {
 
 impl Pending {
     fn new(header_len: usize) -> Pending {
-        let empty = HeaderCopy {
-            bytes: [0; MAX_HEADER],
-            len: header_len,
-        };
+        let empty = HeaderCopy::zeroed(header_len);
         Pending {
             send: false,
             send_hdr: empty,
@@ -256,10 +253,12 @@ pub(crate) fn build<S: LayerSet>(
         .unwrap_or_else(|| u64::from_le_bytes(seed[..8].try_into().unwrap_or([1; 8])))
         & COOKIE_MASK;
     let ident = u64::from_le_bytes(seed[8..].try_into().unwrap_or([2; 8]));
-    let empty = HeaderCopy {
-        bytes: [0; MAX_HEADER],
-        len: layout.header_len(),
-    };
+    let empty = HeaderCopy::zeroed(layout.header_len());
+    let transform: Vec<usize> = (0..n).filter(|&i| layers.transforms_body_at(i)).collect();
+    let bottom_transforms = (0..n)
+        .rev()
+        .take_while(|&i| layers.transforms_body_at(i))
+        .count();
     Ok(Pa {
         f,
         send_filter,
@@ -286,18 +285,10 @@ pub(crate) fn build<S: LayerSet>(
         backlog_bytes: 0,
         mtu,
         max_backlog: 256 << 10,
-        transform: (0..n).filter(|&i| layers.transforms_body_at(i)).collect(),
-        bottom_transforms: (0..n)
-            .rev()
-            .take_while(|&i| layers.transforms_body_at(i))
-            .count(),
-        fast_deliver: {
-            let t = (0..n).filter(|&i| layers.transforms_body_at(i)).count();
-            t == (0..n)
-                .rev()
-                .take_while(|&i| layers.transforms_body_at(i))
-                .count()
-        },
+        // Every body transform must sit at the bottom for the filter to see the plaintext.
+        fast_deliver: transform.len() == bottom_transforms,
+        transform,
+        bottom_transforms,
         copy: (0..n).filter(|&i| layers.wants_copy_at(i)).collect(),
         stats: AccelStats::default(),
     })
@@ -660,13 +651,8 @@ impl<S: LayerSet> Connection<S> {
             // Restore the identification left off the wire, in the sender's byte order like
             // the rest of the header (converted below with it).
             if pre.order == native {
-                // The template holds the identification, in native order, in its first bytes
-                // (usually eight: one fixed-size move).
-                let id = &self.template.bytes[..cid];
-                match <&[u8; 8]>::try_from(id) {
-                    Ok(id) => m.prepend_array(id),
-                    Err(_) => m.prepend(id),
-                }
+                // The template holds the identification, in native order, in its first bytes.
+                m.prepend(&self.template.bytes[..cid]);
             } else {
                 let ident = pa.conn_ident.unwrap_or(0);
                 let h = m.push_front(cid);
@@ -734,11 +720,7 @@ impl<S: LayerSet> Connection<S> {
                 }
                 _ => self.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),
             }
-            for j in i + 1..n {
-                self.post_deliver(now, j, &hdr, Handoff::Passed { copy: None });
-            }
-            self.drain(now);
-            self.update_predictions();
+            self.finish_layered_delivery(now, &hdr, i + 1);
             return;
         }
         let Some(pa) = self.pa.as_deref_mut() else {
@@ -762,11 +744,7 @@ impl<S: LayerSet> Connection<S> {
             pa.stats.miss(false, why);
             let hdr = HeaderCopy::of(&m, hl);
             self.run_deliver(now, n - k, m);
-            for j in n - k..n {
-                self.post_deliver(now, j, &hdr, Handoff::Passed { copy: None });
-            }
-            self.drain(now);
-            self.update_predictions();
+            self.finish_layered_delivery(now, &hdr, n - k);
             return;
         }
         let h = &m.data()[..hl];
@@ -777,6 +755,17 @@ impl<S: LayerSet> Connection<S> {
         m.pop_front(hl);
         let delivered = self.deliver_to_app(m, packed);
         self.pa().stats.fast_deliver_msgs += delivered;
+    }
+
+    /// A delivery that left the fast path below layer `from`: the post-phases of the layers
+    /// from there to the bottom (whose pre-phases the accelerator ran), then what they
+    /// queued, then fresh predictions.
+    fn finish_layered_delivery(&mut self, now: Time, hdr: &HeaderCopy, from: usize) {
+        for j in from..self.layers.count() {
+            self.post_deliver(now, j, hdr, Handoff::Passed { copy: None });
+        }
+        self.drain(now);
+        self.update_predictions();
     }
 
     /// Hand a body to the application, unpacking it if packed; returns messages delivered.
@@ -884,16 +873,20 @@ fn masked_eq(a: &[u8], b: &[u8], mask: &[u8]) -> bool {
     }
 }
 
-/// Rewrite every field of a header from `from` byte order into the layout's.
+/// Rewrite every field of a header from `from` byte order into the layout's (read from a
+/// copy of it, which holds the whole header since layouts are at most `MAX_HEADER` bytes:
+/// no allocation per datagram).
 fn convert_order(h: &mut [u8], layout: &Layout, from: ByteOrder) {
-    let vals: Vec<u64> = layout
-        .locs()
-        .iter()
-        .map(|&l| read_bits(h, l, from))
-        .collect();
+    let mut src = HeaderCopy::zeroed(0);
+    src.set(h);
     h.fill(0);
-    for (&l, v) in layout.locs().iter().zip(vals) {
-        write_bits(h, l, layout.order(), v);
+    for &l in layout.locs() {
+        write_bits(
+            h,
+            l,
+            layout.order(),
+            read_bits(&src.bytes[..src.len], l, from),
+        );
     }
 }
 
