@@ -168,7 +168,7 @@ impl Layout {
             base_bits += bytes as u32 * 8;
         }
         let header_len = base_bits as usize / 8;
-        Layout::assemble(specs, layers, locs, header_len, ByteOrder::Big)
+        Layout::from_locs(specs, layers, locs, header_len, ByteOrder::Big)
             .map(|l| Layout { layer_spans, ..l })
     }
 
@@ -224,7 +224,7 @@ impl Layout {
             }
         }
         let header_len = (base as usize).div_ceil(8);
-        Layout::assemble(specs, layers, locs, header_len, order)
+        Layout::from_locs(specs, layers, locs, header_len, order)
             .map(|l| Layout { class_spans, ..l })
     }
 
@@ -284,20 +284,10 @@ impl Layout {
         m
     }
 
-    /// A layout from explicit locations of `specs` (used by other layout compilers).
+    /// A layout from explicit locations of `specs` (used by the layout compilers here and
+    /// by others): everything derived from the locations (covers, accessors, padding mask),
+    /// with no layer spans and no class spans; checks the header length.
     pub fn from_locs(
-        specs: &[FieldSpec],
-        layers: usize,
-        locs: Vec<FieldLoc>,
-        header_len: usize,
-        order: ByteOrder,
-    ) -> Result<Layout, LayoutError> {
-        Layout::assemble(specs, layers, locs, header_len, order)
-    }
-
-    /// Everything derived from the field locations (covers, accessors, padding mask), with
-    /// no layer spans and no class spans; checks the header length.
-    fn assemble(
         specs: &[FieldSpec],
         layers: usize,
         locs: Vec<FieldLoc>,
