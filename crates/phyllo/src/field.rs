@@ -345,11 +345,9 @@ impl Cover {
             .filter(|l| l.fits(header_len))
             .collect();
         let mask = |order| -> Vec<u64> {
-            let mut img = vec![0u8; header_len.div_ceil(8) * 8];
-            for &l in &locs {
-                write_bits(&mut img[..header_len], l, order, u64::MAX);
-            }
-            img.chunks_exact(8).map(le_word).collect()
+            let mut m = bit_mask(&locs, header_len, order);
+            m.resize(header_len.div_ceil(8) * 8, 0);
+            m.chunks_exact(8).map(le_word).collect()
         };
         Cover {
             mask_le: mask(ByteOrder::Little),
@@ -395,9 +393,7 @@ impl Cover {
             grown.resize(self.header_len, 0);
             &mut grown
         };
-        for &l in &self.locs {
-            write_bits(img, l, wire, read_bits(hdr, l, order));
-        }
+        image_in(hdr, order, &self.locs, img, wire);
         masked_sum(img, self.mask(wire))
     }
 }
@@ -562,14 +558,37 @@ fn write_bits_slow(hdr: &mut [u8], loc: FieldLoc, order: ByteOrder, value: u64) 
     }
 }
 
+/// Copy the `fields` of `header` (read in `order`) into `out`, written in `out_order`, leaving
+/// every other bit of `out` zero: a header converted from one byte order to the other, or an
+/// image of some of its fields.
+pub fn image_in(
+    header: &[u8],
+    order: ByteOrder,
+    fields: &[FieldLoc],
+    out: &mut [u8],
+    out_order: ByteOrder,
+) {
+    out.fill(0);
+    for &l in fields {
+        write_bits(out, l, out_order, read_bits(header, l, order));
+    }
+}
+
 /// Copy the `fields` of `header` (read in `order`) into `out` as a big-endian image, leaving
 /// every other bit of `out` zero. Two hosts of different byte order that hold the same field
 /// values produce the same image: what checksums and authentication cover.
 pub fn canonical_image(header: &[u8], order: ByteOrder, fields: &[FieldLoc], out: &mut [u8]) {
-    out.fill(0);
-    for &l in fields {
-        write_bits(out, l, ByteOrder::Big, read_bits(header, l, order));
+    image_in(header, order, fields, out, ByteOrder::Big);
+}
+
+/// A mask (one byte per header byte of a `header_len`-byte header written in `order`) of the
+/// bits of `locs` (those that fit).
+pub(crate) fn bit_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8> {
+    let mut m = vec![0u8; header_len];
+    for &l in locs.iter().filter(|l| l.fits(header_len)) {
+        write_bits(&mut m, l, order, u64::MAX);
     }
+    m
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! whole header area ([`Layout::header_len`] bytes), followed by the body.
 
 use crate::field::{
-    write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec,
+    bit_mask, write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec,
 };
 use thiserror::Error;
 
@@ -299,7 +299,7 @@ impl Layout {
         }
         Ok(Layout {
             upper_fields: upper_fields(specs, &locs, layers, header_len),
-            field_mask: field_mask(&locs, header_len, order),
+            field_mask: bit_mask(&locs, header_len, order),
             access: locs.iter().map(|&l| Access::new(l, header_len)).collect(),
             locs,
             header_len,
@@ -342,16 +342,6 @@ impl Layout {
     pub fn layer_spans(&self) -> &[(usize, usize)] {
         &self.layer_spans
     }
-}
-
-fn field_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8> {
-    let mut m = vec![0u8; header_len];
-    for &l in locs {
-        if l.fits(header_len) {
-            write_bits(&mut m, l, order, u64::MAX);
-        }
-    }
-    m
 }
 
 fn upper_fields(

@@ -23,7 +23,7 @@ use crate::accel::filter::{
 };
 use crate::accel::preamble::{Preamble, COOKIE_MASK, PREAMBLE_LEN};
 use crate::conn::Connection;
-use crate::field::{le_word, read_bits, write_bits, ByteOrder, FieldClass, FieldHandle};
+use crate::field::{image_in, le_word, read_bits, write_bits, ByteOrder, FieldClass, FieldHandle};
 use crate::layer::{Handoff, HeaderCopy, Predict, Verdict};
 use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
 use crate::msg::Msg;
@@ -879,15 +879,13 @@ fn masked_eq(a: &[u8], b: &[u8], mask: &[u8]) -> bool {
 fn convert_order(h: &mut [u8], layout: &Layout, from: ByteOrder) {
     let mut src = HeaderCopy::zeroed(0);
     src.set(h);
-    h.fill(0);
-    for &l in layout.locs() {
-        write_bits(
-            h,
-            l,
-            layout.order(),
-            read_bits(&src.bytes[..src.len], l, from),
-        );
-    }
+    image_in(
+        &src.bytes[..src.len],
+        from,
+        layout.locs(),
+        h,
+        layout.order(),
+    );
 }
 
 #[cfg(test)]
