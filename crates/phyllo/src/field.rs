@@ -409,14 +409,14 @@ pub(crate) fn le_word(b: &[u8]) -> u64 {
 /// A 64-bit word folded to its two 32-bit halves' sum (congruent modulo 0xffff to the sum of
 /// its four 16-bit words).
 #[inline(always)]
-pub(crate) fn fold32(w: u64) -> u64 {
+fn fold32(w: u64) -> u64 {
     (w >> 32) + (w & 0xffff_ffff)
 }
 
 /// The last `data.len() % 8` bytes of `data` as a little-endian integer (0 if none): one load
 /// of the last eight bytes when there are eight, else two overlapping loads.
 #[inline(always)]
-pub(crate) fn le_tail(data: &[u8]) -> u64 {
+fn le_tail(data: &[u8]) -> u64 {
     let n = data.len();
     let r = n % 8;
     if r == 0 {
@@ -443,10 +443,9 @@ fn le_short(d: &[u8]) -> u64 {
     }
 }
 
-/// At most sixteen bytes as two little-endian words, zero-padded: two loads, no loop (short
-/// headers and bodies are the common case of a protocol for small messages).
+/// At most sixteen bytes as two little-endian words, zero-padded: two loads, no loop.
 #[inline(always)]
-pub(crate) fn two_words(d: &[u8]) -> (u64, u64) {
+fn two_words(d: &[u8]) -> (u64, u64) {
     let n = d.len();
     if n >= 8 {
         let w1 = if n > 8 {
@@ -460,22 +459,28 @@ pub(crate) fn two_words(d: &[u8]) -> (u64, u64) {
     }
 }
 
-/// The sum of `data`'s little-endian 64-bit words (the last one zero-padded), each ANDed with
-/// the word of `mask` at its index and folded to 32 bits. Words beyond `mask` count as zero.
+/// The sum of `data`'s little-endian 64-bit words (the last one zero-padded), word `k` ANDed
+/// with `mask(k)` and folded to 32 bits: congruent modulo 0xffff to the one's complement sum
+/// of the masked data as little-endian 16-bit words. At most sixteen bytes take two loads and
+/// no loop (short headers and bodies are the common case of a protocol for small messages).
 #[inline(always)]
-fn masked_sum(data: &[u8], mask: &[u64]) -> u64 {
+pub(crate) fn word_sum(data: &[u8], mask: impl Fn(usize) -> u64) -> u64 {
     if data.len() <= 16 {
         let (w0, w1) = two_words(data);
-        let m = |k: usize| mask.get(k).copied().unwrap_or(0);
-        return fold32(w0 & m(0)) + fold32(w1 & m(1));
+        return fold32(w0 & mask(0)) + fold32(w1 & mask(1));
     }
     let mut chunks = data.chunks_exact(8);
     let mut sum = 0;
-    for (c, m) in (&mut chunks).zip(mask) {
-        sum += fold32(le_word(c) & m);
+    for (k, c) in (&mut chunks).enumerate() {
+        sum += fold32(le_word(c) & mask(k));
     }
-    let m = mask.get(data.len() / 8).copied().unwrap_or(0);
-    sum + fold32(le_tail(data) & m)
+    sum + fold32(le_tail(data) & mask(data.len() / 8))
+}
+
+/// [`word_sum`] masked by the words of `mask` (words beyond it count as zero).
+#[inline(always)]
+fn masked_sum(data: &[u8], mask: &[u64]) -> u64 {
+    word_sum(data, |k| mask.get(k).copied().unwrap_or(0))
 }
 
 /// Write `value` (truncated to the field's width) into the field at `loc` of `hdr`. Bits that

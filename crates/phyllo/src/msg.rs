@@ -91,8 +91,8 @@ impl Msg {
         self.reserve_front(bytes.len()).copy_from_slice(bytes);
     }
 
-    /// Prepend a copy of an array: a fixed-size move instead of a call to `memcpy`
-    /// (preambles and connection identifications on the accelerator's fast paths).
+    /// Prepend a copy of an array: a fixed-size move instead of a call to `memcpy` (the
+    /// accelerator's preambles).
     #[inline]
     pub fn prepend_array<const N: usize>(&mut self, bytes: &[u8; N]) {
         self.reserve_front(N).copy_from_slice(bytes);

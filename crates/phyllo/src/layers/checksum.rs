@@ -8,9 +8,7 @@
 //! converted it from the other byte order rebuilds that image, so both ends agree.
 
 use crate::accel::filter::{DigestId, Op, Segment};
-use crate::field::{
-    fold32, le_tail, le_word, two_words, ByteOrder, Cover, FieldClass, FieldHandle,
-};
+use crate::field::{word_sum, ByteOrder, Cover, FieldClass, FieldHandle};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::FieldRegistry;
@@ -24,19 +22,11 @@ use crate::layout::FieldRegistry;
 /// by a loop the compiler vectorises.
 #[inline]
 pub fn ones_sum_le(data: &[u8]) -> u64 {
-    if data.len() <= 16 {
-        let (w0, w1) = two_words(data);
-        return fold32(w0) + fold32(w1);
-    }
     if data.len() > 64 {
-        return ones_sum_le_long(data);
+        ones_sum_le_long(data)
+    } else {
+        word_sum(data, |_| u64::MAX)
     }
-    let mut chunks = data.chunks_exact(8);
-    let mut sum = 0;
-    for c in &mut chunks {
-        sum += fold32(le_word(c));
-    }
-    sum + fold32(le_tail(data))
 }
 
 /// [`ones_sum_le`] for long data: little-endian 32-bit words added into a 64-bit accumulator

@@ -6,7 +6,8 @@
 //! and the receiver reconstructs the full counter next to the highest it has accepted. The
 //! header area is the associated data; the body is encrypted in place and the 16-byte tag is a
 //! trailer (the header as a canonical big-endian image of its fields, so it survives the
-//! receiver's byte-order conversion). A 64-entry sliding replay window rejects repeats and packets too old to judge.
+//! receiver's byte-order conversion). A 64-entry sliding replay window rejects repeats and
+//! packets too old to judge.
 //! Pre-phases encrypt or verify and decrypt (transforming the message, not the state); the
 //! counter and the replay window advance in the post-phases.
 
