@@ -462,7 +462,6 @@ fn table_strategy() -> impl Strategy<Value = FieldTable> {
 
 /// Build a program from raw choices, stack-aware so that it always verifies.
 fn stack_aware_program(choices: &[(u8, u64)], fields: usize, dir: Direction) -> Program {
-    const BIN: [Op; 13] = Op::BINARY;
     let mut ops = Vec::with_capacity(choices.len() + 1);
     let mut depth = 0usize;
     for &(c, k) in choices {
@@ -478,11 +477,11 @@ fn stack_aware_program(choices: &[(u8, u64)], fields: usize, dir: Direction) -> 
         let op = match c % 10 {
             _ if depth == 0 => push,
             0..=3 if depth < STACK_CAPACITY => push,
-            4..=6 if depth >= 2 => BIN[(c / 10) as usize % BIN.len()],
+            4..=6 if depth >= 2 => Op::BINARY[(c / 10) as usize % Op::BINARY.len()],
             7 if dir == Direction::Send => Op::PopField(field),
             // Aborts are rare enough that most programs run on to later ops.
             8 if k % 4 == 0 => Op::Abort(k % 5),
-            _ if depth >= 2 => BIN[(c / 10) as usize % BIN.len()],
+            _ if depth >= 2 => Op::BINARY[(c / 10) as usize % Op::BINARY.len()],
             _ if depth < STACK_CAPACITY => push,
             _ => Op::Abort(k % 5),
         };

@@ -189,12 +189,7 @@ impl VerifiedFilter {
     /// before the body. Fields that do not fit the header the filter was verified against are
     /// left out, so a cover can never make a run read out of bounds.
     pub fn with_cover(mut self, cover: &[FieldLoc]) -> VerifiedFilter {
-        let fits: Vec<FieldLoc> = cover
-            .iter()
-            .copied()
-            .filter(|l| l.fits(self.header_len))
-            .collect();
-        self.cover = crate::field::Cover::new(&fits, self.header_len);
+        self.cover = crate::field::Cover::new(cover, self.header_len);
         self
     }
 
