@@ -107,18 +107,12 @@ impl<S: LayerSet> UdpDriver<S> {
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
             Err(e) => return Err(e),
         };
-        // One clock read serves the datagrams and the timers (callgrind/perf: reading the clock
-        // is a good part of a busy-poll iteration).
-        let now = (n > 0 || self.conn.poll_timeout().is_some()).then(|| self.now());
-        if let Some(now) = now.filter(|_| n > 0) {
-            self.absorb(now, n);
-        }
         self.streak = if n > 0 {
             self.streak.saturating_add(1)
         } else {
             0
         };
-        self.tick_at(now)?;
+        self.absorb_and_tick(n)?;
         if n == 0 && self.conn.needs_post_process() {
             // Idle: the accelerator's deferred post-processing (and packed backlog) runs now,
             // off the critical path.
@@ -127,6 +121,17 @@ impl<S: LayerSet> UdpDriver<S> {
             self.flush()?;
         }
         Ok(n)
+    }
+
+    /// Hand the `n` datagrams just received to the connection, run due timers and flush; one
+    /// clock read serves the datagrams and the timers.
+    fn absorb_and_tick(&mut self, n: usize) -> io::Result<()> {
+        if n == 0 {
+            return self.tick();
+        }
+        let now = self.now();
+        self.absorb(now, n);
+        self.tick_at(Some(now))
     }
 
     fn absorb(&mut self, now: Time, n: usize) {
@@ -212,13 +217,7 @@ impl<S: LayerSet> UdpDriver<S> {
                 Err(e) => return Err(e),
             };
             self.burst = true; // `absorb` reads the batch this receive filled
-            if n > 0 {
-                let now = self.now();
-                self.absorb(now, n);
-                self.tick_at(Some(now))?;
-            } else {
-                self.tick()?;
-            }
+            self.absorb_and_tick(n)?;
         }
     }
 }
