@@ -476,9 +476,20 @@ mod sys {
     use std::mem::{self, MaybeUninit};
     use std::os::fd::{AsRawFd, BorrowedFd};
 
-    fn empty_mmsghdr() -> libc::mmsghdr {
+    /// The header of one datagram in `iov`, to or from `name` (null for the connected peer),
+    /// everything else zero.
+    fn mmsghdr(
+        iov: &mut libc::iovec,
+        name: *mut libc::c_void,
+        namelen: libc::socklen_t,
+    ) -> libc::mmsghdr {
         // SAFETY: mmsghdr is plain old data; all zeros (null pointers, zero lengths) is valid.
-        unsafe { mem::zeroed() }
+        let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_name = name;
+        h.msg_hdr.msg_namelen = namelen;
+        h
     }
 
     /// One `sendmmsg` of up to `MAX_BATCH` datagrams, to `to` or the connected peer.
@@ -499,14 +510,10 @@ mod sys {
                 iov_base: datagrams[i].as_ptr() as *mut libc::c_void,
                 iov_len: datagrams[i].len(),
             });
-            let mut h = empty_mmsghdr();
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
-            if let Some(to) = to {
-                h.msg_hdr.msg_name = to.as_ptr() as *mut libc::c_void;
-                h.msg_hdr.msg_namelen = to.len();
-            }
-            msgs[i].write(h);
+            let (name, namelen) = to.map_or((std::ptr::null_mut(), 0), |to| {
+                (to.as_ptr() as *mut libc::c_void, to.len())
+            });
+            msgs[i].write(mmsghdr(iov, name, namelen));
         }
         // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers are
         // initialised and point at `iovs` (on this stack frame) and optionally at `to`; each
@@ -550,12 +557,11 @@ mod sys {
                 iov_base: chunk.as_mut_ptr().cast(),
                 iov_len: chunk.len(),
             });
-            let mut h = empty_mmsghdr();
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            msg.write(h);
+            msg.write(mmsghdr(
+                iov,
+                (name as *mut libc::sockaddr_storage).cast(),
+                mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+            ));
             n += 1;
         }
         // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers are
