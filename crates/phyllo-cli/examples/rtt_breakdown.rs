@@ -12,15 +12,10 @@
 use anyhow::Result;
 use phyllo::link::rawudp::{raw_pingpong, PingPongConfig};
 use phyllo::link::udp::{RecvBatch, UdpLink};
-use phyllo_cli::measure::rtt_udp;
+use phyllo_cli::measure::{median, rtt_udp};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-fn median(v: &mut [u64]) -> f64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0) as f64
-}
 
 /// Ping-pong over two [`UdpLink`]s, echoing each datagram back; returns the round trips in ns.
 fn link_pingpong(rounds: usize) -> Result<Vec<u64>> {
@@ -74,13 +69,13 @@ fn main() -> Result<()> {
         accel.extend(rtt_udp(&spec, true, 8, rounds, true)?.samples_ns);
         layered.extend(rtt_udp(&spec, false, 8, rounds, true)?.samples_ns);
     }
-    let r = median(&mut raw);
+    let r = median(&raw);
     println!("{:<8} {:>8} {:>6}", "", "ns", "/ raw");
     for (name, v) in [
-        ("raw", &mut raw),
-        ("link", &mut link),
-        ("accel", &mut accel),
-        ("layered", &mut layered),
+        ("raw", &raw),
+        ("link", &link),
+        ("accel", &accel),
+        ("layered", &layered),
     ] {
         let m = median(v);
         println!("{name:<8} {m:>8.0} {:>6.3}", m / r);

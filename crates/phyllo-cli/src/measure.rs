@@ -7,6 +7,7 @@ use phyllo::driver::UdpDriver;
 use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::MemLink;
+use phyllo::link::rawudp::Summary;
 use phyllo::link::udp::UdpLink;
 use phyllo::LayerSet;
 use phyllo::{Config, Connection, Role, SendError, Stats};
@@ -406,9 +407,9 @@ pub struct CriticalPath {
     pub deliver_ns: f64,
 }
 
-fn median(v: &mut [u64]) -> f64 {
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0) as f64
+/// The median of `samples` (NaN if there are none), as [`Summary`] reports it.
+pub fn median(samples: &[u64]) -> f64 {
+    Summary::from_samples(samples).map_or(f64::NAN, |s| s.median_ns as f64)
 }
 
 /// Instructions per message on the critical path, counted by callgrind: the same loop as
@@ -529,9 +530,9 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
             }
         }
     }
-    let overhead = median(&mut clock);
+    let overhead = median(&clock);
     Ok(CriticalPath {
-        send_ns: (median(&mut sends) - overhead).max(0.0),
-        deliver_ns: (median(&mut delivers) - overhead).max(0.0),
+        send_ns: (median(&sends) - overhead).max(0.0),
+        deliver_ns: (median(&delivers) - overhead).max(0.0),
     })
 }

@@ -8,20 +8,16 @@
 
 use super::rtt::{SPEC3, SPEC4};
 use crate::measure::{
-    critical_path, critical_path_instructions, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
+    critical_path, critical_path_instructions, median, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
     stream_udp,
 };
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
-use phyllo::link::rawudp::{raw_pingpong, PingPongConfig, Summary};
+use phyllo::link::rawudp::{raw_pingpong, PingPongConfig};
 use phyllo::{Config, Connection, Role};
 use std::time::Duration;
 
 /// The Protocol Accelerator experiment.
 pub struct Accel;
-
-fn med(samples: &[u64]) -> f64 {
-    Summary::from_samples(samples).map_or(f64::NAN, |s| s.median_ns as f64)
-}
 
 fn onoff(on: bool) -> &'static str {
     if on {
@@ -110,7 +106,7 @@ impl Experiment for Accel {
         for spec in [SPEC3, SPEC4] {
             for (k, on) in [false, true].into_iter().enumerate() {
                 let c = critical_path(spec, on, 8, rounds)?;
-                let total = med(&rtt_mem(spec, on, 8, rounds / 2)?.samples_ns) / 2.0;
+                let total = median(&rtt_mem(spec, on, 8, rounds / 2)?.samples_ns) / 2.0;
                 let instr = match &exe {
                     Some(exe) => critical_path_instructions(exe, spec, on, irounds)
                         .map_err(|e| instr_note.get_or_insert(format!("{e:#}")).clone())
@@ -211,10 +207,10 @@ impl Experiment for Accel {
             sealed.extend(rtt_udp(SPEC4, true, 8, urounds, true)?.samples_ns);
             quinn.extend(phyllo_quinn::quinn_rtt(8, urounds)?);
         }
-        let (mr, mon, moff, msealed) = (med(&raw), med(&on), med(&off), med(&sealed));
-        let mq = med(&quinn);
+        let (mr, mon, moff, msealed) = (median(&raw), median(&on), median(&off), median(&sealed));
+        let mq = median(&quinn);
         // quinn waits in epoll; phyllo's sealed stack blocking in the kernel too, for fairness.
-        let sealed_blocking = med(&rtt_udp(SPEC4, true, 8, urounds, false)?.samples_ns);
+        let sealed_blocking = median(&rtt_udp(SPEC4, true, 8, urounds, false)?.samples_ns);
         figures.push(("accel.rtt_ratio_vs_raw_udp".into(), mon / mr));
         figures.push(("accel.rtt_ratio_vs_quinn".into(), msealed / mq));
         let limit = Duration::from_secs(if q { 10 } else { 60 });
@@ -309,7 +305,7 @@ impl Experiment for Accel {
             let pace = Duration::from_secs_f64(1.0 / rate);
             for (k, on) in [false, true].into_iter().enumerate() {
                 let r = rtt_udp_paced(SPEC3, on, 8, per, true, Some(pace))?;
-                series[k].points.push((rate, med(&r.samples_ns) / 1e3));
+                series[k].points.push((rate, median(&r.samples_ns) / 1e3));
             }
         }
         fig5.series.extend(series);
