@@ -1,5 +1,6 @@
 //! Zero allocations per message in the steady state: a counting global allocator watches a
-//! pair of connections exchange messages over the in-memory link after a warm-up.
+//! pair of connections exchange messages over the in-memory link after a warm-up, with and
+//! without the Protocol Accelerator.
 
 mod common;
 use phyllo::harness::Pair;
@@ -54,9 +55,13 @@ fn run(pair: &mut Pair, n: usize, payload: &[u8]) {
     }
 }
 
-fn steady_state_allocs(spec: &str, payload: &[u8]) -> u64 {
+fn steady_state_allocs(spec: &str, accel: bool, payload: &[u8]) -> u64 {
     COUNTED.with(|c| c.set(true));
-    let mut pair = Pair::from_spec(spec).unwrap();
+    let mut pair = if accel {
+        Pair::accelerated(spec, phyllo::link::memlink::MemLink::perfect()).unwrap()
+    } else {
+        Pair::from_spec(spec).unwrap()
+    };
     run(&mut pair, 2000, payload); // warm-up: pools, queues and windows reach their size
     let before = ALLOCS.load(Ordering::Relaxed);
     assert!(
@@ -76,9 +81,15 @@ fn zero_allocations_per_message_in_steady_state() {
         "frag(1400):window(16):checksum",
         "frag(1400):window(16):checksum:seal",
     ] {
-        for size in [8usize, 1000] {
-            let n = steady_state_allocs(spec, &vec![7u8; size]);
-            assert_eq!(n, 0, "{spec} with {size}-byte messages allocated {n} times");
+        for (size, accel) in [8usize, 1000]
+            .into_iter()
+            .flat_map(|s| [(s, false), (s, true)])
+        {
+            let n = steady_state_allocs(spec, accel, &vec![7u8; size]);
+            assert_eq!(
+                n, 0,
+                "{spec} (accelerator {accel}) with {size}-byte messages allocated {n} times"
+            );
         }
     }
 }
