@@ -10,7 +10,6 @@ use crate::link::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use crate::msg::Msg;
 use crate::stack::{DynStack, LayerSet};
 use crate::time::Time;
-use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
 
@@ -29,7 +28,6 @@ pub struct UdpDriver<S: LayerSet = DynStack> {
     /// The last receive used the many-slot batch.
     burst: bool,
     epoch: Instant,
-    pending: VecDeque<Msg>,
 }
 
 impl<S: LayerSet> UdpDriver<S> {
@@ -44,7 +42,6 @@ impl<S: LayerSet> UdpDriver<S> {
             streak: 0,
             burst: false,
             epoch,
-            pending: VecDeque::with_capacity(MAX_BATCH),
         }
     }
 
@@ -60,31 +57,29 @@ impl<S: LayerSet> UdpDriver<S> {
     }
 
     /// Send everything the connection has queued, in batches. Datagrams the socket cannot
-    /// take now (full buffer) stay queued for the next flush.
+    /// take now (full buffer) stay queued in the connection for the next flush. The link
+    /// borrows the datagrams ([`Connection::transmit_with`]), so an accelerated send's
+    /// retransmission copy is the datagram itself.
     pub fn flush(&mut self) -> io::Result<()> {
-        while let Some(m) = self.conn.poll_transmit() {
-            self.pending.push_back(m);
-        }
-        while !self.pending.is_empty() {
-            let mut slices: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
-            let n = self.pending.len().min(MAX_BATCH);
-            for (s, m) in slices.iter_mut().zip(self.pending.iter()) {
-                *s = m.data();
-            }
-            // One datagram: plain send(2); sendmmsg(2) costs ~1 µs more per call on loopback.
-            self.link.set_batching(n > 1);
-            let sent = match self.link.send_batch(&slices[..n]) {
-                Ok(k) => k,
-                // The peer's socket is gone (loopback ICMP): the reliability layer retries.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => n,
-                Err(e) => return Err(e),
-            };
-            for _ in 0..sent {
-                if let Some(m) = self.pending.pop_front() {
-                    self.conn.recycle(m);
+        let link = &mut self.link;
+        while self.conn.transmit_ready() > 0 {
+            let mut batch = 0;
+            let sent = self.conn.transmit_with(MAX_BATCH, |queued| {
+                batch = queued.len();
+                let mut slices: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+                for (s, m) in slices.iter_mut().zip(queued) {
+                    *s = m.data();
                 }
-            }
-            if sent < n {
+                // One datagram: plain send(2); sendmmsg(2) costs ~1 µs more per call on
+                // loopback.
+                link.set_batching(batch > 1);
+                match link.send_batch(&slices[..batch]) {
+                    // The peer's socket is gone (loopback ICMP): the reliability layer retries.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(batch),
+                    r => r,
+                }
+            })?;
+            if sent == 0 || sent < batch {
                 break;
             }
         }

@@ -74,13 +74,20 @@ impl<S: LayerSet> Pair<S> {
     /// next event. Returns `false` when nothing at all is pending.
     pub fn step(&mut self) -> bool {
         let mut worked = false;
-        while let Some(m) = self.a.poll_transmit() {
-            self.link.send(Side::A, self.now, m.data());
-            if let Some(w) = &mut self.wire {
-                w.push((Side::A, m.data().to_vec()));
-            }
-            self.a.recycle(m);
-            worked = true;
+        // A's link borrows its datagrams (`transmit_with`, as the UDP driver does), B's takes
+        // them (`poll_transmit`): every test runs both ways a driver may hand datagrams over.
+        let (link, wire, now) = (&mut self.link, &mut self.wire, self.now);
+        while self.a.transmit_ready() > 0 {
+            let lent = self.a.transmit_with(usize::MAX, |queued| {
+                for m in queued {
+                    link.send(Side::A, now, m.data());
+                    if let Some(w) = wire.as_mut() {
+                        w.push((Side::A, m.data().to_vec()));
+                    }
+                }
+                Ok::<_, std::convert::Infallible>(queued.len())
+            });
+            worked |= lent.is_ok_and(|n| n > 0);
         }
         while let Some(m) = self.b.poll_transmit() {
             self.link.send(Side::B, self.now, m.data());

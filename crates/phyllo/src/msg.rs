@@ -176,6 +176,13 @@ impl Msg {
         self.extend_from_slice(data);
     }
 
+    /// Identifies the message's storage while it lives (its address): the accelerator
+    /// recognises a datagram it lent to the link by it.
+    #[inline]
+    pub(crate) fn buffer_id(&self) -> usize {
+        self.buf.as_ptr() as usize
+    }
+
     /// Capacity of the underlying storage.
     pub fn capacity(&self) -> usize {
         self.buf.capacity()

@@ -147,25 +147,48 @@ fn fast_path_resumes_after_recovery() {
 }
 
 /// The datagrams `c` transmits now, except those whose running number (counted in `n`)
-/// is in `drop`.
+/// is in `drop`. With `lend` the link borrows them (`transmit_with`: an accelerated send's
+/// retransmission copy is then the datagram itself), else takes them (`poll_transmit`).
 fn transmitted_except(
     c: &mut phyllo::DynConnection,
     drop: &[usize],
     n: &mut usize,
+    lend: bool,
 ) -> Vec<Vec<u8>> {
     let mut keep = Vec::new();
-    while let Some(m) = c.poll_transmit() {
+    let mut take = |m: &phyllo::Msg| {
         if !drop.contains(n) {
             keep.push(m.data().to_vec());
         }
         *n += 1;
-        c.recycle(m);
+    };
+    if lend {
+        while c.transmit_ready() > 0 {
+            let lent = c.transmit_with(2, |queued| {
+                queued.iter().for_each(&mut take);
+                Ok::<_, ()>(queued.len())
+            });
+            assert!(lent.is_ok_and(|k| k > 0));
+        }
+    } else {
+        while let Some(m) = c.poll_transmit() {
+            take(&m);
+            c.recycle(m);
+        }
     }
     keep
 }
 
 /// Drive A→B by hand, dropping chosen datagrams, and check what B delivers.
 fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
+    first_loss_case_with(drop_a, drop_b, false);
+    first_loss_case_with(drop_a, drop_b, true);
+}
+
+/// [`first_loss_case`] with A's datagrams lent to the link or taken. When lent, A also
+/// post-processes every third round before the link sees its datagram, so the deferred
+/// retransmission copy is settled both ways: from the returned datagram and from the queue.
+fn first_loss_case_with(drop_a: &[usize], drop_b: &[usize], lend: bool) {
     let mut pair = Pair::accelerated(
         SPEC3,
         MemLink::new(Faults::none(Duration::from_micros(10)), 0),
@@ -181,8 +204,11 @@ fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
             next += 1;
         }
         // Filter what each side transmits before the link sees it.
-        let keep_a = transmitted_except(&mut pair.a, drop_a, &mut na);
-        let keep_b = transmitted_except(&mut pair.b, drop_b, &mut nb);
+        if lend && next % 3 == 0 {
+            pair.a.post_process(pair.now);
+        }
+        let keep_a = transmitted_except(&mut pair.a, drop_a, &mut na, lend);
+        let keep_b = transmitted_except(&mut pair.b, drop_b, &mut nb, false);
         for d in keep_a {
             pair.link.send(phyllo::link::memlink::Side::A, pair.now, &d);
         }
@@ -198,7 +224,7 @@ fn first_loss_case(drop_a: &[usize], drop_b: &[usize]) {
             break;
         }
     }
-    assert_eq!(got, msgs, "drop_a {drop_a:?} drop_b {drop_b:?}");
+    assert_eq!(got, msgs, "drop_a {drop_a:?} drop_b {drop_b:?} lend {lend}");
     let b = pair.b.accel_stats().unwrap();
     assert_eq!(
         b.unknown_cookie, 0,

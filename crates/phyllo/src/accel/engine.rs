@@ -141,9 +141,31 @@ struct Pending {
     /// The retransmission copies taken for the pending send, by layer (an empty list kept
     /// between sends, so taking them allocates nothing).
     copies: Vec<(usize, Msg)>,
+    /// The retransmission copy not taken yet: the pending send's datagram itself becomes it
+    /// once the link is done with it (see [`Reclaim`]).
+    reclaim: Option<Reclaim>,
     deliver: bool,
     /// The pending delivery's header.
     deliver_hdr: HeaderCopy,
+}
+
+/// A retransmission copy deferred past the critical path (seed 004 §2.2: saving the message
+/// for retransmission is post-processing). The layer asked for the message as the fast path
+/// left it, header area and body; that is the sent datagram without the preamble and with
+/// the full header area. So instead of copying on the send path, the engine waits for the
+/// link to finish with the datagram ([`Connection::transmit_with`]) and takes the buffer
+/// back as the copy, with no copy at all. Only where the datagram differs from the copy (a
+/// body transform such as sealing) or where several layers want copies is the copy taken
+/// eagerly. Invariant: while a reclaim is pending, its datagram is in the connection's
+/// transmit queue; whatever takes it out of the queue settles the reclaim first.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reclaim {
+    /// The layer that wants the copy.
+    layer: usize,
+    /// The datagram's buffer ([`Msg::buffer_id`]).
+    id: usize,
+    /// The body's length (what follows the wire header).
+    body_len: usize,
 }
 
 impl Pending {
@@ -153,6 +175,7 @@ impl Pending {
             send: false,
             send_hdr: empty,
             copies: Vec::new(),
+            reclaim: None,
             deliver: false,
             deliver_hdr: empty,
         }
@@ -484,9 +507,16 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         pa.stats.fast_send_msgs += msgs;
-        for &i in &pa.copy {
-            pa.pending.copies.push((i, self.pool.alloc_copy(m.data())));
-        }
+        // The copy is the sent datagram itself when nothing changes it on the way down.
+        let reclaim = match *pa.copy {
+            [layer] if pa.transform.is_empty() => Some(layer),
+            _ => {
+                for &i in &pa.copy {
+                    pa.pending.copies.push((i, self.pool.alloc_copy(m.data())));
+                }
+                None
+            }
+        };
         if !pa.transform.is_empty() && !self.transform_send(now, &mut m) {
             return;
         }
@@ -495,7 +525,65 @@ impl<S: LayerSet> Connection<S> {
         };
         pa.pending.send_hdr.set(&m.data()[..hl]);
         pa.pending.send = true;
+        let body_len = m.len() - hl;
         self.transmit(m);
+        if let (Some(layer), Some(sent)) = (reclaim, self.out.back()) {
+            let id = sent.buffer_id();
+            self.pa().pending.reclaim = Some(Reclaim {
+                layer,
+                id,
+                body_len,
+            });
+        }
+    }
+
+    /// Whether `m` (leaving the transmit queue) is the datagram a deferred retransmission
+    /// copy waits for.
+    #[inline]
+    pub(crate) fn awaits(&self, m: &Msg) -> bool {
+        self.pa
+            .as_ref()
+            .and_then(|pa| pa.pending.reclaim)
+            .is_some_and(|r| r.id == m.buffer_id())
+    }
+
+    /// Settle the deferred retransmission copy with its datagram `m`, which leaves the
+    /// transmit queue: `m` itself becomes the copy if the link is done with it (`sent`),
+    /// else (the caller keeps it) a copy is taken now.
+    pub(crate) fn settle_reclaim(&mut self, mut m: Msg, sent: bool) -> Option<Msg> {
+        let hl = self.layout.header_len();
+        let pa = self.pa.as_deref_mut()?;
+        let r = pa.pending.reclaim.take()?;
+        let wire_hdr = m.len().saturating_sub(r.body_len);
+        let (mut copy, out) = if sent {
+            m.pop_front(wire_hdr);
+            (m, None)
+        } else {
+            (self.pool.alloc_copy(&m.data()[wire_hdr..]), Some(m))
+        };
+        copy.prepend(&pa.pending.send_hdr.bytes[..hl]);
+        pa.pending.copies.push((r.layer, copy));
+        out
+    }
+
+    /// Settle a deferred retransmission copy whose datagram is still queued (post-processing
+    /// before the link took it): copy it from the queue.
+    fn settle_queued_reclaim(&mut self) {
+        let Some(r) = self.pa.as_ref().and_then(|pa| pa.pending.reclaim) else {
+            return;
+        };
+        // It is usually the newest datagram (post-processing a streaming backlog settles
+        // one copy per datagram while they all wait for the link).
+        let Some(at) = self.out.iter().rposition(|m| m.buffer_id() == r.id) else {
+            // Unreachable by the invariant on `Reclaim`.
+            debug_assert!(false, "deferred copy's datagram left the queue unsettled");
+            self.pa().pending.reclaim = None;
+            return;
+        };
+        let m = std::mem::take(&mut self.out[at]);
+        if let Some(m) = self.settle_reclaim(m, false) {
+            self.out[at] = m;
+        }
     }
 
     /// Run the body-transforming layers' pre-send on a fast-path message; `false` if one
@@ -532,6 +620,8 @@ impl<S: LayerSet> Connection<S> {
             let pa = self.pa();
             if pa.pending.send {
                 pa.pending.send = false;
+                self.settle_queued_reclaim();
+                let pa = self.pa();
                 let hdr = pa.pending.send_hdr;
                 let mut copies = std::mem::take(&mut pa.pending.copies);
                 for i in 0..self.layers.count() {
