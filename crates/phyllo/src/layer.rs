@@ -281,7 +281,7 @@ impl HeaderCopy {
     #[inline]
     pub(crate) fn set(&mut self, header: &[u8]) {
         let len = header.len().min(MAX_HEADER);
-        self.bytes[..len].copy_from_slice(&header[..len]);
+        crate::msg::copy_bytes(&mut self.bytes[..len], &header[..len]);
         self.len = len;
     }
 
