@@ -34,6 +34,8 @@ fn link_pingpong(rounds: usize) -> Result<Vec<u64>> {
                 copy.clear();
                 copy.extend_from_slice(batch.get(0).unwrap_or(&[]));
                 b.send_batch(&[&copy])?;
+            } else {
+                std::hint::spin_loop();
             }
         }
         Ok(())
