@@ -274,6 +274,9 @@ pub struct Cover {
     mask_le: Vec<u64>,
     /// The same for headers written in big-endian order.
     mask_be: Vec<u64>,
+    /// The first two words of `mask_le` and `mask_be` (zero beyond them), for headers of at
+    /// most 16 bytes: summed with two loads and no indexing.
+    short: [[u64; 2]; 2],
 }
 
 /// A field's 8-byte window in a header of known length, and where the field sits in it.
@@ -334,6 +337,7 @@ impl Cover {
         header_len: 0,
         mask_le: Vec::new(),
         mask_be: Vec::new(),
+        short: [[0; 2]; 2],
     };
 
     /// The fields `locs` of headers of `header_len` bytes (fields that do not fit are left
@@ -349,9 +353,12 @@ impl Cover {
             m.resize(header_len.div_ceil(8) * 8, 0);
             m.chunks_exact(8).map(le_word).collect()
         };
+        let (mask_le, mask_be) = (mask(ByteOrder::Little), mask(ByteOrder::Big));
+        let first2 = |m: &[u64]| [0, 1].map(|k| m.get(k).copied().unwrap_or(0));
         Cover {
-            mask_le: mask(ByteOrder::Little),
-            mask_be: mask(ByteOrder::Big),
+            short: [first2(&mask_le), first2(&mask_be)],
+            mask_le,
+            mask_be,
             locs,
             header_len,
         }
@@ -372,13 +379,17 @@ impl Cover {
     /// The one's complement sum of the cover's image of `hdr` as written in `wire` order
     /// (`hdr` is now in `order`), taken as little-endian 16-bit words, unfolded: a value
     /// congruent to that sum modulo 0xffff, which is all a one's complement checksum keeps.
-    #[inline]
+    #[inline(always)]
     pub fn image_sum(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> u64 {
-        if order == wire && hdr.len() == self.header_len {
-            masked_sum(hdr, self.mask(order))
-        } else {
-            self.image_sum_slow(hdr, order, wire)
+        if order != wire || hdr.len() != self.header_len {
+            return self.image_sum_slow(hdr, order, wire);
         }
+        if hdr.len() <= 16 {
+            let m = self.short[(order == ByteOrder::Big) as usize];
+            let (w0, w1) = two_words(hdr);
+            return fold32(w0 & m[0]) + fold32(w1 & m[1]);
+        }
+        masked_sum(hdr, self.mask(order))
     }
 
     /// [`Cover::image_sum`] building the image field by field.

@@ -278,7 +278,7 @@ impl HeaderCopy {
     }
 
     /// Overwrite with a copy of `header` (at most [`MAX_HEADER`] bytes of it).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set(&mut self, header: &[u8]) {
         let len = header.len().min(MAX_HEADER);
         crate::msg::copy_bytes(&mut self.bytes[..len], &header[..len]);
