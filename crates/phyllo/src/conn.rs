@@ -562,6 +562,12 @@ impl<S: LayerSet> Connection<S> {
 
     pub(crate) fn transmit(&mut self, mut m: Msg) {
         self.pa_wrap(&mut m);
+        self.queue_out(m);
+    }
+
+    /// Queue a finished datagram for the link (the oldest is dropped if the queue is full).
+    #[inline]
+    pub(crate) fn queue_out(&mut self, m: Msg) {
         self.stats.datagrams_out += 1;
         self.stats.bytes_out += m.len() as u64;
         if self.out.len() >= self.cfg.max_queue {

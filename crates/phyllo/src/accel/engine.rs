@@ -236,6 +236,24 @@ pub(crate) struct Pa {
     pub(crate) stats: AccelStats,
 }
 
+impl Pa {
+    /// Put the preamble on an outgoing datagram (header area of `header_len` bytes and body),
+    /// leaving the identification off once the peer knows our cookie.
+    #[inline]
+    fn wrap(&mut self, m: &mut Msg, header_len: usize) {
+        let present = !self.peer_knows_cookie;
+        let mut header = header_len;
+        if present {
+            self.stats.with_conn_id += 1;
+        } else {
+            m.pop_front(self.conn_id_len);
+            header -= self.conn_id_len;
+        }
+        m.prepend_array(&self.preambles[present as usize]);
+        self.stats.header_bytes += (PREAMBLE_LEN + header) as u64;
+    }
+}
+
 /// Build the accelerator: the compact layout's filters, cookies, first predictions.
 pub(crate) fn build<S: LayerSet>(
     layers: &S,
@@ -550,15 +568,16 @@ impl<S: LayerSet> Connection<S> {
         pa.pending.send_hdr.set(&m.data()[..hl]);
         pa.pending.send = true;
         let body_len = m.len() - hl;
-        self.transmit(m);
-        if let (Some(layer), Some(sent)) = (reclaim, self.out.back()) {
-            let id = sent.buffer_id();
-            self.pa().pending.reclaim = Some(Reclaim {
+        // `transmit`, with the accelerator at hand.
+        pa.wrap(&mut m, hl);
+        if let Some(layer) = reclaim {
+            pa.pending.reclaim = Some(Reclaim {
                 layer,
-                id,
+                id: m.buffer_id(),
                 body_len,
             });
         }
+        self.queue_out(m);
     }
 
     /// Whether `m` (leaving the transmit queue) is the datagram a deferred retransmission
@@ -702,19 +721,12 @@ impl<S: LayerSet> Connection<S> {
             .is_some_and(|pa| !pa.pending.is_none() || !pa.backlog.is_empty())
     }
 
-    /// Put the preamble on an outgoing datagram, leaving the identification off once the peer
-    /// knows our cookie.
+    /// Put the preamble on an outgoing datagram (see [`Pa::wrap`]).
+    #[inline]
     pub(crate) fn pa_wrap(&mut self, m: &mut Msg) {
-        let Some(pa) = self.pa.as_mut() else { return };
-        let present = !pa.peer_knows_cookie;
-        if !present {
-            m.pop_front(pa.conn_id_len);
-        } else {
-            pa.stats.with_conn_id += 1;
+        if let Some(pa) = self.pa.as_deref_mut() {
+            pa.wrap(m, self.layout.header_len());
         }
-        m.prepend_array(&pa.preambles[present as usize]);
-        pa.stats.header_bytes += (PREAMBLE_LEN + self.layout.header_len()
-            - if present { 0 } else { pa.conn_id_len }) as u64;
     }
 
     /// Accelerated receive (seed 004 Figure 3, `from_network`).
