@@ -280,53 +280,67 @@ pub struct Cover {
 }
 
 /// A field's 8-byte window in a header of known length, and where the field sits in it.
+/// Eight bytes, so that the compiled filter's operations stay small (callgrind: with the
+/// mask and the shift stored, loading an accessor out of an operation took ~13 loads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Win {
-    start: usize,
-    off: u32,
-    mask: u64,
-    /// `64 - bits`: the right shift that isolates a big-endian field.
-    rshift: u32,
+    start: u32,
+    /// The field's first bit in the window.
+    off: u8,
+    /// The field's width, 1 to 64.
+    bits: u8,
 }
 
 impl Win {
     /// The window of the field at `loc` in headers of `header_len` bytes, if it has one.
     pub(crate) fn of(loc: FieldLoc, header_len: usize) -> Option<Win> {
         window(header_len, loc).map(|(start, off)| Win {
-            start,
-            off,
-            mask: loc.max_value(),
-            rshift: 64 - loc.bits as u32,
+            start: start as u32,
+            off: off as u8,
+            bits: loc.bits,
         })
+    }
+
+    /// The field's value mask (`bits` low bits set).
+    #[inline(always)]
+    fn mask(self) -> u64 {
+        u64::MAX >> (64 - self.bits as u32)
+    }
+
+    /// `64 - bits`: the right shift that isolates a big-endian field.
+    #[inline(always)]
+    fn rshift(self) -> u32 {
+        64 - self.bits as u32
     }
 
     /// Read the field from `hdr` (which holds the window).
     #[inline(always)]
     pub(crate) fn get(self, hdr: &[u8], order: ByteOrder) -> u64 {
-        let b = load8(hdr, self.start);
+        let b = load8(hdr, self.start as usize);
         match order {
-            ByteOrder::Little => (u64::from_le_bytes(b) >> self.off) & self.mask,
-            ByteOrder::Big => (u64::from_be_bytes(b) << self.off) >> self.rshift,
+            ByteOrder::Little => (u64::from_le_bytes(b) >> self.off) & self.mask(),
+            ByteOrder::Big => (u64::from_be_bytes(b) << self.off) >> self.rshift(),
         }
     }
 
     /// Write `value` (truncated to the field's width) into `hdr`, sparing the other bits.
     #[inline(always)]
     pub(crate) fn put(self, hdr: &mut [u8], order: ByteOrder, value: u64) {
-        let v = value & self.mask;
-        let b = load8(hdr, self.start);
+        let v = value & self.mask();
+        let start = self.start as usize;
+        let b = load8(hdr, start);
         let out = match order {
             ByteOrder::Little => {
-                let m = self.mask << self.off;
+                let m = self.mask() << self.off;
                 ((u64::from_le_bytes(b) & !m) | (v << self.off)).to_le_bytes()
             }
             ByteOrder::Big => {
-                let s = self.rshift - self.off;
-                let m = self.mask << s;
+                let s = self.rshift() - self.off as u32;
+                let m = self.mask() << s;
                 ((u64::from_be_bytes(b) & !m) | (v << s)).to_be_bytes()
             }
         };
-        hdr[self.start..self.start + 8].copy_from_slice(&out);
+        hdr[start..start + 8].copy_from_slice(&out);
     }
 }
 
