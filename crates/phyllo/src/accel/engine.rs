@@ -234,10 +234,24 @@ pub(crate) struct Pa {
     /// be checked by the filter, so every delivery takes the layered path.
     fast_deliver: bool,
     copy: Vec<usize>,
+    /// The one layer that wants a retransmission copy, when nothing transforms the body:
+    /// the sent datagram becomes its copy ([`Reclaim`]). `None` otherwise (copies taken at
+    /// once).
+    reclaim_layer: Option<usize>,
     pub(crate) stats: AccelStats,
 }
 
 impl Pa {
+    /// Set the packed bit of a send's header area (the prediction says "not packed": a
+    /// message-specific field starts at zero) and count the packing.
+    #[cold]
+    fn mark_packed(&mut self, m: &mut Msg, header_len: usize, order: ByteOrder, msgs: u64) {
+        self.packed.write(&mut m.data_mut()[..header_len], order, 1);
+        self.stats.packed_datagrams += 1;
+        self.stats.packed_msgs += msgs;
+        self.stats.max_pack = self.stats.max_pack.max(msgs);
+    }
+
     /// Put the preamble on an outgoing datagram (header area of `header_len` bytes and body),
     /// leaving the identification off once the peer knows our cookie.
     #[inline]
@@ -311,6 +325,11 @@ pub(crate) fn build<S: LayerSet>(
         .take_while(|&i| layers.transforms_body_at(i))
         .count();
     let accessors = [layout.access(f.cookie_ack), layout.access(f.packed)];
+    let copy: Vec<usize> = (0..n).filter(|&i| layers.wants_copy_at(i)).collect();
+    let reclaim_layer = match *copy {
+        [layer] if transform.is_empty() => Some(layer),
+        _ => None,
+    };
     Ok(Pa {
         f,
         send_filter,
@@ -350,7 +369,8 @@ pub(crate) fn build<S: LayerSet>(
         fast_deliver: transform.len() == bottom_transforms,
         transform,
         bottom_transforms,
-        copy: (0..n).filter(|&i| layers.wants_copy_at(i)).collect(),
+        reclaim_layer,
+        copy,
         stats: AccelStats::default(),
     })
 }
@@ -521,6 +541,7 @@ impl<S: LayerSet> Connection<S> {
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
     /// front of it.
+    #[inline]
     fn send_one(&mut self, now: Time, mut m: Msg, packed: bool, msgs: u64) {
         let hl = self.layout.header_len();
         let order = self.layout.order();
@@ -529,53 +550,70 @@ impl<S: LayerSet> Connection<S> {
         };
         m.prepend(&pa.predict_send.bytes[..hl]);
         if packed {
-            // The prediction says "not packed" (a message-specific field starts at zero).
-            self.layout
-                .access(pa.f.packed)
-                .write(&mut m.data_mut()[..hl], order, 1);
-            pa.stats.packed_datagrams += 1;
-            pa.stats.packed_msgs += msgs;
-            pa.stats.max_pack = pa.stats.max_pack.max(msgs);
+            pa.mark_packed(&mut m, hl, order, msgs);
         }
-        let miss = if self.disable[0] > 0 {
-            Some(Miss::Disabled)
+        // `None`: a layer disabled the send header.
+        let verdict = if self.disable[0] > 0 {
+            None
         } else {
             let (h, b) = m.data_mut().split_at_mut(hl);
-            match pa.send_filter.run(&mut FilterCtx::send(h, order, b)) {
-                0 => None,
-                MISS_FRAGMENT => Some(Miss::Fragment),
-                _ => Some(Miss::Filter),
-            }
+            Some(pa.send_filter.run(&mut FilterCtx::send(h, order, b)))
         };
-        if let Some(why) = miss {
-            pa.stats.miss(true, why);
-            pa.stats.slow_send_msgs += msgs;
-            self.run_send(now, 0, m);
-            self.drain(now);
-            self.update_predictions();
+        if verdict != Some(0) {
+            self.send_missed(now, m, verdict, msgs);
             return;
         }
         pa.stats.fast_send_msgs += msgs;
-        // The copy is the sent datagram itself when nothing changes it on the way down.
-        let reclaim = match *pa.copy {
-            [layer] if pa.transform.is_empty() => Some(layer),
-            _ => {
-                for &i in &pa.copy {
-                    pa.pending.copies.push((i, self.pool.alloc_copy(m.data())));
-                }
-                None
-            }
+        match pa.reclaim_layer {
+            Some(layer) => self.send_passed(m, Some(layer)),
+            None => self.send_passed_general(now, m),
+        }
+    }
+
+    /// The send filter refused a message (`verdict`, its result), or a layer disabled the
+    /// send header (`None`): the layered path sends it.
+    #[cold]
+    #[inline(never)]
+    fn send_missed(&mut self, now: Time, m: Msg, verdict: Option<u64>, msgs: u64) {
+        let why = match verdict {
+            None => Miss::Disabled,
+            Some(MISS_FRAGMENT) => Miss::Fragment,
+            Some(_) => Miss::Filter,
         };
+        let pa = self.pa();
+        pa.stats.miss(true, why);
+        pa.stats.slow_send_msgs += msgs;
+        self.run_send(now, 0, m);
+        self.drain(now);
+        self.update_predictions();
+    }
+
+    /// A fast-path send whose retransmission copies are taken now (several layers want one)
+    /// or whose body a layer transforms (sealing) before it goes out.
+    #[inline(never)]
+    fn send_passed_general(&mut self, now: Time, mut m: Msg) {
+        let pa = self.pa.as_deref_mut().expect("accelerated connection");
+        for &i in &pa.copy {
+            pa.pending.copies.push((i, self.pool.alloc_copy(m.data())));
+        }
         if !pa.transform.is_empty() && !self.transform_send(now, &mut m) {
             return;
         }
+        self.send_passed(m, None);
+    }
+
+    /// Put a message that passed the send filter on the link (`transmit`, with the
+    /// accelerator at hand) and leave its post-processing pending; `reclaim`: the layer whose
+    /// retransmission copy the sent datagram becomes.
+    #[inline(always)]
+    fn send_passed(&mut self, mut m: Msg, reclaim: Option<usize>) {
+        let hl = self.layout.header_len();
         let Some(pa) = self.pa.as_deref_mut() else {
             return;
         };
         pa.pending.send_hdr.set(&m.data()[..hl]);
         pa.pending.send = true;
         let body_len = m.len() - hl;
-        // `transmit`, with the accelerator at hand.
         pa.wrap(&mut m, hl);
         if let Some(layer) = reclaim {
             pa.pending.reclaim = Some(Reclaim {

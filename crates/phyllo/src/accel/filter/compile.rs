@@ -370,14 +370,8 @@ impl CompiledFilter {
             cover: &self.cover,
         };
         match &mut ctx.header {
-            Header::Writable(h) if self.slots <= SMALL_SLOTS => {
-                run_ops::<_, SMALL_SLOTS>(ops, &mut **h, body)
-            }
-            Header::ReadOnly(h) if self.slots <= SMALL_SLOTS => {
-                run_ops::<_, SMALL_SLOTS>(ops, *h, body)
-            }
-            Header::Writable(h) => run_ops::<_, STACK_CAPACITY>(ops, &mut **h, body),
-            Header::ReadOnly(h) => run_ops::<_, STACK_CAPACITY>(ops, *h, body),
+            Header::Writable(h) => run_ops(ops, &mut **h, body, self.slots),
+            Header::ReadOnly(h) => run_ops(ops, *h, body, self.slots),
         }
     }
 
@@ -463,12 +457,15 @@ fn special<H: HeaderIo>(op: &COp, hdr: &mut H, body: &DigestIn<'_>) -> Step {
 /// registers and stack for the general ones on every run (~35 instructions), even for
 /// programs that use none of them.
 #[inline(never)]
-fn run_ops<H: HeaderIo, const N: usize>(ops: &[COp], mut hdr: H, body: &DigestIn<'_>) -> u64 {
+fn run_ops<H: HeaderIo>(ops: &[COp], mut hdr: H, body: &DigestIn<'_>, slots: usize) -> u64 {
     for (i, op) in ops.iter().enumerate() {
         match special(op, &mut hdr, body) {
             Step::Next => {}
             Step::Exit(v) => return v,
-            Step::General => return run_general::<H, N>(&ops[i..], hdr, body),
+            Step::General if slots <= SMALL_SLOTS => {
+                return run_general::<H, SMALL_SLOTS>(&ops[i..], hdr, body)
+            }
+            Step::General => return run_general::<H, STACK_CAPACITY>(&ops[i..], hdr, body),
         }
     }
     // Unreachable: a verified program ends with RETURN.
