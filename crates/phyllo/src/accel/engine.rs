@@ -902,39 +902,24 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// The delivery fast path, or the layered path on a miss.
-    fn pa_deliver(&mut self, now: Time, mut m: Msg) {
+    #[inline]
+    fn pa_deliver(&mut self, now: Time, m: Msg) {
+        match self.pa.as_deref() {
+            Some(pa) if pa.bottom_transforms > 0 => self.deliver_transformed(now, m),
+            Some(_) => self.deliver_checked(now, m, 0),
+            None => {}
+        }
+    }
+
+    /// The fast path's checks (filter, enabled, prediction) on a delivery whose `transformed`
+    /// bottom layers have run; then to the application, or to the layered path on a miss.
+    #[inline(always)]
+    fn deliver_checked(&mut self, now: Time, mut m: Msg, transformed: usize) {
         let hl = self.layout.header_len();
         let native = self.layout.order();
-        let n = self.layers.count();
-        // Body transforms (decryption) at the bottom of the stack run first, as they would on
-        // the layered path: the filter must see the plaintext.
-        let k = self.pa().bottom_transforms;
-        let stop = if k == 0 {
-            None
-        } else {
-            let stop = self.pre_phases(now, (n - k..n).rev(), false, &mut m);
-            for (_, c) in self.kept.drain(..) {
-                self.pool.free(c);
-            }
-            stop
-        };
-        if let Some((i, v)) = stop {
-            // Refused below: finish on the layered path from there.
-            let hdr = HeaderCopy::of(&m, hl);
-            match v {
-                Verdict::Drop(r) => {
-                    self.stats.layers[i].1.count(r);
-                    self.pool.free(m);
-                }
-                _ => self.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),
-            }
-            self.finish_layered_delivery(now, &hdr, i + 1);
-            return;
-        }
         let Some(pa) = self.pa.as_deref_mut() else {
             return;
         };
-        // The fast path: filter, enabled, prediction.
         let miss = {
             let (h, b) = m.data().split_at(hl);
             let mut ctx = FilterCtx::deliver(h, native, b).written_in(self.rx_wire);
@@ -949,10 +934,7 @@ impl<S: LayerSet> Connection<S> {
             }
         };
         if let Some(why) = miss {
-            pa.stats.miss(false, why);
-            let hdr = HeaderCopy::of(&m, hl);
-            self.run_deliver(now, n - k, m);
-            self.finish_layered_delivery(now, &hdr, n - k);
+            self.deliver_missed(now, m, why, transformed);
             return;
         }
         let h = &m.data()[..hl];
@@ -970,6 +952,47 @@ impl<S: LayerSet> Connection<S> {
         }
         let delivered = self.deliver_to_app(m, packed);
         self.pa().stats.fast_deliver_msgs += delivered;
+    }
+
+    /// A delivery that missed the fast path (`why`) above the `transformed` bottom layers
+    /// (which have run): the layered path takes it from there.
+    #[cold]
+    #[inline(never)]
+    fn deliver_missed(&mut self, now: Time, m: Msg, why: Miss, transformed: usize) {
+        let hl = self.layout.header_len();
+        let n = self.layers.count();
+        self.pa().stats.miss(false, why);
+        let hdr = HeaderCopy::of(&m, hl);
+        self.run_deliver(now, n - transformed, m);
+        self.finish_layered_delivery(now, &hdr, n - transformed);
+    }
+
+    /// The delivery path of a stack with body transforms (decryption) at the bottom: they
+    /// run first, as they would on the layered path, since the filter must see the
+    /// plaintext; then the fast path's checks.
+    #[inline(never)]
+    fn deliver_transformed(&mut self, now: Time, mut m: Msg) {
+        let hl = self.layout.header_len();
+        let n = self.layers.count();
+        let k = self.pa().bottom_transforms;
+        let stop = self.pre_phases(now, (n - k..n).rev(), false, &mut m);
+        for (_, c) in self.kept.drain(..) {
+            self.pool.free(c);
+        }
+        let Some((i, v)) = stop else {
+            self.deliver_checked(now, m, k);
+            return;
+        };
+        // Refused below: finish on the layered path from there.
+        let hdr = HeaderCopy::of(&m, hl);
+        match v {
+            Verdict::Drop(r) => {
+                self.stats.layers[i].1.count(r);
+                self.pool.free(m);
+            }
+            _ => self.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),
+        }
+        self.finish_layered_delivery(now, &hdr, i + 1);
     }
 
     /// A delivery that left the fast path below layer `from`: the post-phases of the layers
