@@ -309,14 +309,23 @@ impl<S: LayerSet> Connection<S> {
         Ok(())
     }
 
-    /// Send a message [`check_send`](Self::check_send) accepted.
+    /// Send a message [`check_send`](Self::check_send) accepted: to the accelerator, or
+    /// down the layers.
     #[inline]
-    fn send_accepted(&mut self, now: Time, mut m: Msg) {
+    fn send_accepted(&mut self, now: Time, m: Msg) {
         self.stats.sent_msgs += 1;
         if self.pa.is_some() {
             self.pa_send(now, m);
-            return;
+        } else {
+            self.send_layered(now, m);
         }
+    }
+
+    /// Send a message down the layers (each connection takes one path or the other, so
+    /// each stays apart: callgrind counted ~25 instructions of set-up a message when both
+    /// shared one function).
+    #[inline(never)]
+    fn send_layered(&mut self, now: Time, mut m: Msg) {
         m.push_front(self.layout.header_len());
         self.run_send(now, 0, m);
         self.drain(now);
@@ -333,8 +342,15 @@ impl<S: LayerSet> Connection<S> {
         self.stats.datagrams_in += 1;
         if self.pa.is_some() {
             self.pa_receive(now, m);
-            return;
+        } else {
+            self.receive_layered(now, m);
         }
+    }
+
+    /// Deliver a datagram up the layers (apart from the accelerator's path, as
+    /// [`send_layered`](Self::send_layered)).
+    #[inline(never)]
+    fn receive_layered(&mut self, now: Time, m: Msg) {
         if m.len() < self.layout.header_len() {
             self.stats.truncated += 1;
             self.pool.free(m);

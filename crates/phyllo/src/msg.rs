@@ -236,12 +236,13 @@ pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
         // The caller's mistake: panics in `copy_from_slice` as the standard copy would.
         return dst.copy_from_slice(src);
     }
+    // Headers and small bodies first: one range test.
     match src.len() {
+        8..=16 => ends::<8>(dst, src),
+        17..=32 => ends::<16>(dst, src),
+        4..=7 => ends::<4>(dst, src),
         0 => {}
         1..=3 => dst.iter_mut().zip(src).for_each(|(d, s)| *d = *s),
-        4..=7 => ends::<4>(dst, src),
-        8..=15 => ends::<8>(dst, src),
-        16..=32 => ends::<16>(dst, src),
         _ => dst.copy_from_slice(src),
     }
 }

@@ -488,6 +488,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Accelerated send (seed 004 Figure 3, `send`).
+    #[inline]
     pub(crate) fn pa_send(&mut self, now: Time, m: Msg) {
         // A reply right after a delivery does not wait for that delivery's post-processing:
         // the send prediction's protocol-specific fields depend only on the send state, and
@@ -775,6 +776,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Accelerated receive (seed 004 Figure 3, `from_network`).
+    #[inline]
     pub(crate) fn pa_receive(&mut self, now: Time, mut m: Msg) {
         if self.pa_actionable() {
             self.post_process(now);
@@ -789,7 +791,11 @@ impl<S: LayerSet> Connection<S> {
             let cid = pa.conn_id_len;
             if *pre == usual && m.len() + cid >= PREAMBLE_LEN + hl {
                 m.pop_front(PREAMBLE_LEN);
-                m.prepend(&self.template.bytes[..cid]);
+                match self.template.bytes.first_chunk::<8>() {
+                    // The identification is 64 bits: a fixed-size copy.
+                    Some(id) if cid == 8 => m.prepend_array(id),
+                    _ => m.prepend(&self.template.bytes[..cid]),
+                }
                 let native = self.layout.order();
                 self.rx_wire = native;
                 let knows = pa.cookie_ack.read(&m.data()[..hl], native) != 0;

@@ -60,15 +60,16 @@ fn ones_sum_le_long(data: &[u8]) -> u64 {
     total
 }
 
-/// A one's complement sum folded to 16 bits (end-around carry), in four fixed steps: after
-/// the first the sum is below 2^33, after the second below 2^17 + 2^16, after the third at
-/// most 0x10002, after the fourth at most 0xffff.
+/// A one's complement sum folded to 16 bits: the two 32-bit halves added with end-around
+/// carry, then the two 16-bit halves of that. Adding the carry back cannot carry again (a
+/// sum that carried is at most `2 * (2^32 - 1) - 2^32`), so two steps suffice; zero only
+/// for a zero sum, like the textbook loop.
 #[inline]
 pub fn fold16(sum: u64) -> u16 {
-    let s = (sum & 0xffff_ffff) + (sum >> 32);
-    let s = (s & 0xffff) + (s >> 16);
-    let s = (s & 0xffff) + (s >> 16);
-    ((s & 0xffff) + (s >> 16)) as u16
+    let (lo, carry) = (sum as u32).overflowing_add((sum >> 32) as u32);
+    let s = lo + carry as u32;
+    let (lo, carry) = (s as u16).overflowing_add((s >> 16) as u16);
+    lo + carry as u16
 }
 
 /// The checksum layer.
@@ -175,6 +176,36 @@ mod tests {
             s += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64;
         }
         fold16(s)
+    }
+
+    #[test]
+    fn fold16_is_the_textbook_fold() {
+        // Fold 16 bits at a time until nothing is left above them.
+        let textbook = |mut s: u64| {
+            while s >> 16 != 0 {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            s as u16
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let edges = [
+            0,
+            1,
+            0xffff,
+            0x1_0000,
+            0x1_fffe,
+            0xffff_ffff,
+            0x1_0000_0000,
+            u64::MAX,
+        ];
+        for v in edges.into_iter().chain((0..100_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (x % 40)
+        })) {
+            assert_eq!(fold16(v), textbook(v), "{v:#x}");
+        }
     }
 
     #[test]
