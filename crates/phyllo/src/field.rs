@@ -279,6 +279,42 @@ pub struct Cover {
     short: [[u64; 2]; 2],
 }
 
+/// A one-bit field of headers written in one byte order, resolved to the byte and the bit
+/// that hold it: reading it tests one byte (the accelerator's own flags, read on every
+/// delivery).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bit {
+    byte: usize,
+    mask: u8,
+}
+
+impl Bit {
+    /// A bit that is never set (no byte has it).
+    pub(crate) const NEVER: Bit = Bit { byte: 0, mask: 0 };
+
+    /// The bit of the one-bit field at `loc` in headers of `header_len` bytes written in
+    /// `order`: found by writing a one into a zero header. `None` if `loc` is not one bit
+    /// inside such a header.
+    pub(crate) fn of(loc: FieldLoc, header_len: usize, order: ByteOrder) -> Option<Bit> {
+        if loc.bits != 1 || !loc.fits(header_len) {
+            return None;
+        }
+        let mut h = vec![0u8; header_len];
+        write_bits(&mut h, loc, order, 1);
+        let byte = h.iter().position(|&b| b != 0)?;
+        Some(Bit {
+            byte,
+            mask: h[byte],
+        })
+    }
+
+    /// Whether the bit is set in `hdr` (false if `hdr` is too short to hold it).
+    #[inline(always)]
+    pub(crate) fn get(self, hdr: &[u8]) -> bool {
+        hdr.get(self.byte).is_some_and(|b| b & self.mask != 0)
+    }
+}
+
 /// A field's 8-byte window in a header of known length, and where the field sits in it.
 /// Eight bytes, so that the compiled filter's operations stay small (callgrind: with the
 /// mask and the shift stored, loading an accessor out of an operation took ~13 loads).
@@ -625,6 +661,34 @@ pub(crate) fn bit_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_bit_reads_what_read_bits_reads() {
+        for len in 1usize..=16 {
+            for off in 0..len as u32 * 8 {
+                let loc = FieldLoc {
+                    bit_offset: off,
+                    bits: 1,
+                };
+                for order in [ByteOrder::Big, ByteOrder::Little] {
+                    let bit = Bit::of(loc, len, order).expect("a one-bit field inside");
+                    for fill in [0x00u8, 0xff, 0x5a, 0xa5] {
+                        let mut h = vec![fill; len];
+                        for v in [0, 1] {
+                            write_bits(&mut h, loc, order, v);
+                            assert_eq!(bit.get(&h), v == 1, "{loc:?} {order:?} {fill:#x}");
+                            assert_eq!(read_bits(&h, loc, order), v);
+                        }
+                    }
+                }
+            }
+        }
+        let two = FieldLoc {
+            bit_offset: 0,
+            bits: 2,
+        };
+        assert_eq!(Bit::of(two, 4, ByteOrder::Big), None);
+    }
 
     #[test]
     fn aligned_fields_are_plain_integers() {

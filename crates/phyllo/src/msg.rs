@@ -97,7 +97,10 @@ impl Msg {
     /// accelerator's preambles).
     #[inline]
     pub fn prepend_array<const N: usize>(&mut self, bytes: &[u8; N]) {
-        self.reserve_front(N).copy_from_slice(bytes);
+        // `reserve_front` returns exactly N bytes.
+        if let Some(d) = self.reserve_front(N).first_chunk_mut::<N>() {
+            *d = *bytes;
+        }
     }
 
     /// Move the start back by `n` bytes (growing the headroom if it is too small) and return

@@ -24,7 +24,7 @@ use crate::accel::filter::{
 use crate::accel::preamble::{Preamble, COOKIE_MASK, PREAMBLE_LEN};
 use crate::conn::Connection;
 use crate::field::{
-    image_in, le_word, read_bits, write_bits, Access, ByteOrder, FieldClass, FieldHandle,
+    image_in, le_word, read_bits, write_bits, Bit, ByteOrder, FieldClass, FieldHandle,
 };
 use crate::layer::{Handoff, HeaderCopy, Predict, Verdict};
 use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
@@ -212,9 +212,9 @@ pub(crate) struct Pa {
     /// identification, this end's byte order, the peer's cookie. Header prediction applied
     /// to the preamble: one 8-byte comparison admits a datagram to the delivery fast path.
     usual_preamble: Option<[u8; PREAMBLE_LEN]>,
-    /// The accessors of the accelerator's own bits (fixed with the layout).
-    cookie_ack: Access,
-    packed: Access,
+    /// The accelerator's own flags in native-order header areas (fixed with the layout).
+    cookie_ack: Bit,
+    packed: Bit,
     pending: Pending,
     /// Bodies waiting to be sent (no header area yet): packed (a sequence of varint length +
     /// bytes) or single, with the number of messages each carries.
@@ -245,8 +245,14 @@ impl Pa {
     /// Set the packed bit of a send's header area (the prediction says "not packed": a
     /// message-specific field starts at zero) and count the packing.
     #[cold]
-    fn mark_packed(&mut self, m: &mut Msg, header_len: usize, order: ByteOrder, msgs: u64) {
-        self.packed.write(&mut m.data_mut()[..header_len], order, 1);
+    fn mark_packed(&mut self, m: &mut Msg, layout: &Layout, msgs: u64) {
+        let hl = layout.header_len();
+        write_bits(
+            &mut m.data_mut()[..hl],
+            layout.loc(self.f.packed),
+            layout.order(),
+            1,
+        );
         self.stats.packed_datagrams += 1;
         self.stats.packed_msgs += msgs;
         self.stats.max_pack = self.stats.max_pack.max(msgs);
@@ -324,7 +330,9 @@ pub(crate) fn build<S: LayerSet>(
         .rev()
         .take_while(|&i| layers.transforms_body_at(i))
         .count();
-    let accessors = [layout.access(f.cookie_ack), layout.access(f.packed)];
+    // Both are one-bit fields of the layout's header area, so each has its bit.
+    let accessors = [f.cookie_ack, f.packed]
+        .map(|h| Bit::of(layout.loc(h), layout.header_len(), layout.order()).unwrap_or(Bit::NEVER));
     let copy: Vec<usize> = (0..n).filter(|&i| layers.wants_copy_at(i)).collect();
     let reclaim_layer = match *copy {
         [layer] if transform.is_empty() => Some(layer),
@@ -551,7 +559,7 @@ impl<S: LayerSet> Connection<S> {
         };
         m.prepend(&pa.predict_send.bytes[..hl]);
         if packed {
-            pa.mark_packed(&mut m, hl, order, msgs);
+            pa.mark_packed(&mut m, &self.layout, msgs);
         }
         // `None`: a layer disabled the send header.
         let verdict = if self.disable[0] > 0 {
@@ -798,7 +806,7 @@ impl<S: LayerSet> Connection<S> {
                 }
                 let native = self.layout.order();
                 self.rx_wire = native;
-                let knows = pa.cookie_ack.read(&m.data()[..hl], native) != 0;
+                let knows = pa.cookie_ack.get(m.data());
                 if knows == pa.peer_knows_cookie {
                     // Nothing to learn from it either.
                     self.pa_deliver(now, m);
@@ -875,12 +883,10 @@ impl<S: LayerSet> Connection<S> {
     /// what it teaches (`learn`: the identification and the peer's cookie it carried; and
     /// whether the peer knows our cookie), undone if the stack drops it.
     fn pa_accept(&mut self, now: Time, m: Msg, learn: Option<(u64, u64)>) {
-        let hl = self.layout.header_len();
-        let native = self.layout.order();
         let Some(pa) = self.pa.as_deref_mut() else {
             return;
         };
-        let knows = pa.cookie_ack.read(&m.data()[..hl], native) != 0;
+        let knows = pa.cookie_ack.get(m.data());
         if learn.is_none() && knows == pa.peer_knows_cookie {
             // The usual case: nothing to learn from this datagram.
             self.pa_deliver(now, m);
@@ -944,7 +950,7 @@ impl<S: LayerSet> Connection<S> {
             return;
         }
         let h = &m.data()[..hl];
-        let packed = pa.packed.read(h, native) != 0;
+        let packed = pa.packed.get(h);
         pa.pending.deliver_hdr.set(h);
         pa.pending.deliver = true;
         pa.stats.fast_deliver_datagrams += 1;
