@@ -168,8 +168,9 @@ pub fn rtt_udp_paced(
                 b.recv_blocking(until)?
             };
             if let Some(m) = got {
-                send_retrying(&mut b, m.data())?;
-                b.conn.recycle(m);
+                // Echo the delivered buffer itself, as the raw UDP echo sends from the buffer
+                // it received into.
+                echo_msg(&mut b, m)?;
             }
         }
         // Let the last acks out.
@@ -244,6 +245,22 @@ fn send_retrying<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, data: &[u8]) -> Resu
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Send `m` back without copying it, polling while the connection cannot take it (5 s at
+/// most).
+fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
+    if !d.conn.can_send() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !d.conn.can_send() {
+            if Instant::now() >= deadline {
+                bail!("the connection took no message for 5 s");
+            }
+            d.poll()?;
+        }
+    }
+    d.send_msg(m)?;
+    Ok(())
 }
 
 /// One-way stream over the in-memory link: `count` messages of `size` bytes sent as fast as

@@ -283,6 +283,7 @@ impl<S: LayerSet> Connection<S> {
     /// Send an application message already in a buffer, without copying it: the buffer
     /// should come from [`alloc`](Self::alloc), so the headers go in its headroom. On an
     /// error the buffer goes back to the pool.
+    #[inline(always)]
     pub fn send_msg(&mut self, now: Time, m: Msg) -> Result<(), SendError> {
         if let Err(e) = self.check_send(m.len()) {
             self.pool.free(m);

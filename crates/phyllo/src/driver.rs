@@ -13,20 +13,24 @@ use crate::time::Time;
 use std::io;
 use std::time::Instant;
 
+/// The largest datagram a single receive takes whole (longer ones are truncated, counted
+/// and dropped): above any MTU-sized datagram the accelerator or the frag layer sends.
+const RX_CAPACITY: usize = 2048;
+
 /// A connection bound to a UDP socket.
 pub struct UdpDriver<S: LayerSet = DynStack> {
     /// The connection (send through it, poll its deliveries).
     pub conn: Connection<S>,
     link: UdpLink,
-    /// One slot: the latency case, waiting for the next datagram (a 64-slot `recvmmsg` costs
-    /// ~3 µs more per round trip on loopback than a plain receive, measured with `phyllo rtt`).
-    rx_one: RecvBatch,
+    /// The pooled buffer the next single receive goes into (the latency case, waiting for
+    /// the next datagram: a plain `recvfrom` straight into the buffer the connection then
+    /// processes, with no copy; a 64-slot `recvmmsg` costs ~3 µs more per round trip on
+    /// loopback, measured with `phyllo rtt`).
+    rx_msg: Option<Msg>,
     /// Many slots: used while datagrams keep arriving back to back.
     rx: RecvBatch,
     /// Consecutive receives that found something: from two on, more is probably queued.
     streak: u32,
-    /// The last receive used the many-slot batch.
-    burst: bool,
     epoch: Instant,
 }
 
@@ -37,10 +41,9 @@ impl<S: LayerSet> UdpDriver<S> {
         UdpDriver {
             conn,
             link,
-            rx_one: RecvBatch::new(1, 2048),
-            rx: RecvBatch::new(MAX_BATCH, 2048),
+            rx_msg: None,
+            rx: RecvBatch::new(MAX_BATCH, RX_CAPACITY),
             streak: 0,
-            burst: false,
             epoch,
         }
     }
@@ -66,14 +69,19 @@ impl<S: LayerSet> UdpDriver<S> {
             let mut batch = 0;
             let sent = self.conn.transmit_with(MAX_BATCH, |queued| {
                 batch = queued.len();
-                let mut slices: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
-                for (s, m) in slices.iter_mut().zip(queued) {
-                    *s = m.data();
-                }
                 // One datagram: plain send(2); sendmmsg(2) costs ~1 µs more per call on
-                // loopback.
+                // loopback. And no 64-entry slice array to fill for it (1 KiB of stack).
                 link.set_batching(batch > 1);
-                match link.send_batch(&slices[..batch]) {
+                let r = if let [one] = queued {
+                    link.send_batch(&[one.data()])
+                } else {
+                    let mut slices: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+                    for (s, m) in slices.iter_mut().zip(queued) {
+                        *s = m.data();
+                    }
+                    link.send_batch(&slices[..batch])
+                };
+                match r {
                     // The peer's socket is gone (loopback ICMP): the reliability layer retries.
                     Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(batch),
                     r => r,
@@ -89,25 +97,17 @@ impl<S: LayerSet> UdpDriver<S> {
     /// One round: receive what is queued (without waiting), run due timers, flush. Returns
     /// the number of datagrams received.
     pub fn poll(&mut self) -> io::Result<usize> {
-        self.burst = self.streak >= 2;
-        let batch = if self.burst {
-            &mut self.rx
+        // From the second receive in a row that found something, more is probably queued.
+        let n = if self.streak >= 2 {
+            self.poll_batch()?
         } else {
-            &mut self.rx_one
-        };
-        // One slot: plain recvfrom(2), cheaper than recvmmsg(2) for a single datagram.
-        self.link.set_batching(self.burst);
-        let n = match self.link.try_recv(batch) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
-            Err(e) => return Err(e),
+            self.poll_one()?
         };
         self.streak = if n > 0 {
             self.streak.saturating_add(1)
         } else {
             0
         };
-        self.absorb_and_tick(n)?;
         if n == 0 && self.conn.needs_post_process() {
             // Idle: the accelerator's deferred post-processing (and packed backlog) runs now,
             // off the critical path.
@@ -116,6 +116,52 @@ impl<S: LayerSet> UdpDriver<S> {
             self.flush()?;
         }
         Ok(n)
+    }
+
+    /// Receive whatever is queued in one `recvmmsg`, hand it to the connection, run due
+    /// timers and flush.
+    fn poll_batch(&mut self) -> io::Result<usize> {
+        self.link.set_batching(true);
+        let n = match self.link.try_recv(&mut self.rx) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
+            Err(e) => return Err(e),
+        };
+        self.absorb_and_tick(n)?;
+        Ok(n)
+    }
+
+    /// Receive one datagram straight into a pooled buffer (no copy), hand it to the
+    /// connection, run due timers and flush.
+    fn poll_one(&mut self) -> io::Result<usize> {
+        let mut m = match self.rx_msg.take() {
+            Some(m) => m,
+            None => self.conn.alloc(),
+        };
+        let got = match self.link.try_recv_into(m.tail_room(RX_CAPACITY)) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => None,
+            Err(e) => {
+                self.rx_msg = Some(m);
+                return Err(e);
+            }
+        };
+        match got {
+            Some(len) if len <= RX_CAPACITY => {
+                m.commit_tail(len);
+                let now = self.now();
+                self.conn.handle_msg(now, m);
+                self.tick_at(Some(now))?;
+                Ok(1)
+            }
+            // Longer than any datagram a peer sends (the link counted the truncation), or
+            // nothing: the buffer serves the next receive.
+            got => {
+                self.rx_msg = Some(m);
+                self.tick()?;
+                Ok(got.map_or(0, |_| 1))
+            }
+        }
     }
 
     /// Hand the `n` datagrams just received to the connection, run due timers and flush; one
@@ -130,7 +176,7 @@ impl<S: LayerSet> UdpDriver<S> {
     }
 
     fn absorb(&mut self, now: Time, n: usize) {
-        let batch = if self.burst { &self.rx } else { &self.rx_one };
+        let batch = &self.rx;
         for i in 0..n {
             if batch.is_truncated(i) {
                 continue;
@@ -162,6 +208,16 @@ impl<S: LayerSet> UdpDriver<S> {
     pub fn send(&mut self, data: &[u8]) -> Result<(), crate::conn::SendError> {
         let now = self.now();
         self.conn.send(now, data)?;
+        let _ = self.flush();
+        Ok(())
+    }
+
+    /// Send an application message already in a pooled buffer, without copying it
+    /// ([`Connection::send_msg`]; e.g. a delivered message echoed back), flushed at once.
+    /// Check [`Connection::can_send`] first: on an error the buffer goes back to the pool.
+    pub fn send_msg(&mut self, m: Msg) -> Result<(), crate::conn::SendError> {
+        let now = self.now();
+        self.conn.send_msg(now, m)?;
         let _ = self.flush();
         Ok(())
     }
@@ -211,7 +267,6 @@ impl<S: LayerSet> UdpDriver<S> {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
                 Err(e) => return Err(e),
             };
-            self.burst = true; // `absorb` reads the batch this receive filled
             self.absorb_and_tick(n)?;
         }
     }

@@ -145,6 +145,21 @@ impl Msg {
         s
     }
 
+    /// At least `n` writable bytes after the content (the buffer grows if needed), for a
+    /// receive to write into; [`commit_tail`](Self::commit_tail) then adds what it wrote.
+    pub fn tail_room(&mut self, n: usize) -> &mut [u8] {
+        if self.end + n > self.buf.len() {
+            self.grow_back(self.end + n);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Add the first `n` bytes of the [`tail_room`](Self::tail_room) to the content (no more
+    /// than the buffer holds).
+    pub fn commit_tail(&mut self, n: usize) {
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
     /// Move the end forward by `n` bytes (growing the buffer if the tailroom is too small)
     /// and return them, unwritten.
     #[inline(always)]
@@ -375,6 +390,18 @@ mod tests {
         m.truncate(10);
         m.extend_from_slice(b"xy");
         assert_eq!(&m.data()[10..], b"xy");
+    }
+
+    #[test]
+    fn a_receive_writes_into_the_tail_room() {
+        let mut m = Msg::from_slice(8, b"ab");
+        let room = m.tail_room(4000);
+        assert!(room.len() >= 4000);
+        room[..3].copy_from_slice(b"cde");
+        m.commit_tail(3);
+        assert_eq!(m.data(), b"abcde");
+        m.commit_tail(usize::MAX / 2);
+        assert_eq!(m.len(), m.capacity() - 8, "never past the buffer");
     }
 
     #[test]

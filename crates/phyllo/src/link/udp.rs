@@ -337,6 +337,29 @@ impl UdpLink {
         self.recv_inner(batch, libc::MSG_DONTWAIT)
     }
 
+    /// One non-blocking receive of one datagram straight into `buf` (plain `recvfrom`): its
+    /// full length (more than `buf.len()` if it was truncated, the excess discarded), or
+    /// `Ok(None)` when nothing is queued. For a driver that receives into its own pooled
+    /// buffers instead of copying out of a [`RecvBatch`].
+    pub fn try_recv_into(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.stats.recv_calls += 1;
+        // As in `recv_inner`: no source address from a connected link.
+        let mut name = zeroed_storage();
+        let name = self.peer.is_none().then_some(&mut name);
+        match sys::recv_from(self.socket.as_fd(), buf, name, libc::MSG_DONTWAIT) {
+            Ok(len) => {
+                self.stats.datagrams_received += 1;
+                self.stats.truncated += (len > buf.len()) as u64;
+                Ok(Some(len))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.stats.empty_polls += 1;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Busy-poll: repeat non-blocking receives until at least one datagram arrives (returns
     /// how many) or `deadline` passes (returns `Ok(0)`).
     pub fn recv_busy(&mut self, batch: &mut RecvBatch, deadline: Instant) -> io::Result<usize> {
