@@ -198,7 +198,8 @@ pub fn rtt_udp_paced(
             break;
         }
         let t0 = Instant::now();
-        if let Err(e) = a.send_msg(m) {
+        // The time just read serves the send too (as an event loop passes its time along).
+        if let Err(e) = a.send_msg_at(a.time_of(t0), m) {
             result = Err(e.into());
             break;
         }
@@ -240,7 +241,9 @@ pub fn rtt_udp_paced(
 /// Send `m` back without copying it, once the connection can take it.
 fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
     wait_until_sendable(d)?;
-    d.send_msg(m)?;
+    // The time the receive used (a few µs old at most) serves the reply.
+    let now = d.recent();
+    d.send_msg_at(now, m)?;
     Ok(())
 }
 
@@ -332,8 +335,10 @@ pub fn stream_udp(
     let t0 = Instant::now();
     let mut sent = 0u64;
     while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+        // A burst of sends at one instant: one clock read for all of them (a read costs
+        // ~25 ns, a quarter of a message's budget at 10 M msgs/s).
+        let now = a.now();
         while sent < count && a.conn.can_send() {
-            let now = a.now();
             a.conn.send(now, &data)?;
             sent += 1;
         }
