@@ -213,7 +213,7 @@ impl<S: LayerSet> UdpDriver<S> {
     /// late: a few µs.
     fn idle_tick(&mut self) -> io::Result<()> {
         self.idle_spins = self.idle_spins.wrapping_add(1);
-        if self.idle_spins % IDLE_CLOCK_SPINS != 0 {
+        if !self.idle_spins.is_multiple_of(IDLE_CLOCK_SPINS) {
             return Ok(());
         }
         self.tick()
