@@ -437,7 +437,7 @@ impl Cover {
         if hdr.len() <= 16 {
             let m = self.short[(order == ByteOrder::Big) as usize];
             let (w0, w1) = two_words(hdr);
-            return fold32(w0 & m[0]) + fold32(w1 & m[1]);
+            return oc_add(w0 & m[0], w1 & m[1]);
         }
         masked_sum(hdr, self.mask(order))
     }
@@ -520,15 +520,26 @@ fn two_words(d: &[u8]) -> (u64, u64) {
     }
 }
 
+/// `a + b` with end-around carry: congruent to the plain sum modulo 2^64 - 1, hence modulo
+/// 0xffff (which divides it), and never overflowing. How one's complement partial sums
+/// combine: two instructions, where folding each word to 32 bits first took four a word.
+#[inline(always)]
+pub fn oc_add(a: u64, b: u64) -> u64 {
+    let (s, carry) = a.overflowing_add(b);
+    // A sum that carried is at most 2^64 - 2: adding the carry back cannot carry again.
+    s + carry as u64
+}
+
 /// The sum of `data`'s little-endian 64-bit words (the last one zero-padded), word `k` ANDed
-/// with `mask(k)` and folded to 32 bits: congruent modulo 0xffff to the one's complement sum
-/// of the masked data as little-endian 16-bit words. At most sixteen bytes take two loads and
-/// no loop (short headers and bodies are the common case of a protocol for small messages).
+/// with `mask(k)`: any `u64` congruent modulo 0xffff to the one's complement sum of the
+/// masked data as little-endian 16-bit words (combine such sums with [`oc_add`]). At most
+/// sixteen bytes take two loads and no loop (short headers and bodies are the common case of
+/// a protocol for small messages).
 #[inline(always)]
 pub(crate) fn word_sum(data: &[u8], mask: impl Fn(usize) -> u64) -> u64 {
     if data.len() <= 16 {
         let (w0, w1) = two_words(data);
-        return fold32(w0 & mask(0)) + fold32(w1 & mask(1));
+        return oc_add(w0 & mask(0), w1 & mask(1));
     }
     let mut chunks = data.chunks_exact(8);
     let mut sum = 0;

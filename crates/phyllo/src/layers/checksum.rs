@@ -8,7 +8,7 @@
 //! converted it from the other byte order rebuilds that image, so both ends agree.
 
 use crate::accel::filter::{DigestId, Op, Segment};
-use crate::field::{word_sum, ByteOrder, Cover, FieldClass, FieldHandle};
+use crate::field::{oc_add, word_sum, ByteOrder, Cover, FieldClass, FieldHandle};
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::FieldRegistry;
@@ -111,7 +111,10 @@ pub fn covered_checksum(
     cover: &Cover,
     body: &[u8],
 ) -> u16 {
-    !fold16(cover.image_sum(header, order, wire) + ones_sum_le(body))
+    !fold16(oc_add(
+        cover.image_sum(header, order, wire),
+        ones_sum_le(body),
+    ))
 }
 
 impl Layer for Checksum {

@@ -592,9 +592,10 @@ fn general_op<H: HeaderIo, const N: usize>(
 /// arguments were spilled around it.
 #[inline(never)]
 fn covered(h: &[u8], m: &DigestIn<'_>) -> u64 {
-    !crate::layers::fold16(
-        m.cover.image_sum(h, m.order, m.wire) + crate::layers::ones_sum_le(m.body),
-    ) as u64
+    !crate::layers::fold16(crate::field::oc_add(
+        m.cover.image_sum(h, m.order, m.wire),
+        crate::layers::ones_sum_le(m.body),
+    )) as u64
 }
 
 /// `PUSH x; PUSH y; <cmp>; ABORT code` as a range test, if `cmp` is a comparison and one
