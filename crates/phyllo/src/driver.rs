@@ -150,20 +150,22 @@ impl<S: LayerSet> UdpDriver<S> {
     /// Receive one datagram straight into a pooled buffer (no copy), hand it to the
     /// connection, run due timers and flush.
     fn poll_one(&mut self, at: Option<Time>) -> io::Result<usize> {
-        let mut m = match self.rx_msg.take() {
+        // The buffer stays in place until a datagram fills it (a busy poll mostly finds
+        // nothing).
+        let m = match &mut self.rx_msg {
             Some(m) => m,
-            None => self.conn.alloc(),
+            empty => empty.insert(self.conn.alloc()),
         };
         let got = match self.link.try_recv_into(m.tail_room(RX_CAPACITY)) {
             Ok(got) => got,
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => None,
-            Err(e) => {
-                self.rx_msg = Some(m);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         match got {
             Some(len) if len <= RX_CAPACITY => {
+                let Some(mut m) = self.rx_msg.take() else {
+                    return Ok(0);
+                };
                 m.commit_tail(len);
                 let now = at.unwrap_or_else(|| self.now());
                 self.conn.handle_msg(now, m);
@@ -173,7 +175,6 @@ impl<S: LayerSet> UdpDriver<S> {
             // Longer than any datagram a peer sends (the link counted the truncation), or
             // nothing: the buffer serves the next receive.
             got => {
-                self.rx_msg = Some(m);
                 match at {
                     Some(now) => self.tick_at(Some(now))?,
                     None => self.idle_tick()?,

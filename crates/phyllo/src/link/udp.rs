@@ -343,10 +343,20 @@ impl UdpLink {
     /// buffers instead of copying out of a [`RecvBatch`].
     pub fn try_recv_into(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.stats.recv_calls += 1;
-        // As in `recv_inner`: no source address from a connected link.
-        let mut name = zeroed_storage();
-        let name = self.peer.is_none().then_some(&mut name);
-        match sys::recv_from(self.socket.as_fd(), buf, name, libc::MSG_DONTWAIT) {
+        // As in `recv_inner`: no source address from a connected link (and no storage for
+        // one to clear on every busy-poll spin).
+        let r = if self.peer.is_some() {
+            sys::recv_from(self.socket.as_fd(), buf, None, libc::MSG_DONTWAIT)
+        } else {
+            let mut name = zeroed_storage();
+            sys::recv_from(
+                self.socket.as_fd(),
+                buf,
+                Some(&mut name),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match r {
             Ok(len) => {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += (len > buf.len()) as u64;
