@@ -202,7 +202,7 @@ impl Experiment for Accel {
         // median of the blocks' ratios: the machine's speed drifts by tens of percent over
         // seconds here (raw round trips of 5.4-8 µs between runs), and a drift between two
         // long blocks moved the ratio of pooled medians by ±5 %.
-        let (pairs, block) = if q { (12, 1_000) } else { (40, 2_000) };
+        let (pairs, block) = if q { (21, 1_000) } else { (41, 2_000) };
         let mut raw = Vec::new();
         let mut on = Vec::new();
         let mut block_ratios = Vec::new();
