@@ -243,8 +243,9 @@ pub(crate) struct Pa {
 
 impl Pa {
     /// Set the packed bit of a send's header area (the prediction says "not packed": a
-    /// message-specific field starts at zero) and count the packing.
-    #[cold]
+    /// message-specific field starts at zero) and count the packing. Out of line: packed
+    /// datagrams leave from post-processing, off the latency path.
+    #[inline(never)]
     fn mark_packed(&mut self, m: &mut Msg, layout: &Layout, msgs: u64) {
         let hl = layout.header_len();
         write_bits(
