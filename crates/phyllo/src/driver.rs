@@ -14,8 +14,9 @@ use std::io;
 use std::time::Instant;
 
 /// The largest datagram a single receive takes whole (longer ones are truncated, counted
-/// and dropped): above any MTU-sized datagram the accelerator or the frag layer sends.
-const RX_CAPACITY: usize = 2048;
+/// and dropped): above any MTU-sized datagram the accelerator or the frag layer sends, and
+/// what a fresh pooled buffer holds after its headroom.
+const RX_CAPACITY: usize = crate::msg::FRESH_TAILROOM;
 
 /// Empty receives between clock reads while idle ([`UdpDriver::poll`]).
 const IDLE_CLOCK_SPINS: u32 = 16;

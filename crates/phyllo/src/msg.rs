@@ -12,6 +12,11 @@ use std::fmt;
 /// moving the body.
 pub const HEADROOM: usize = 128;
 
+/// Room after the headroom of a fresh pooled buffer: a whole datagram as a driver receives
+/// it (2 KiB, above any MTU-sized datagram), so receiving into a pooled buffer never grows
+/// it.
+pub const FRESH_TAILROOM: usize = 2048;
+
 /// A message: `buf[start..end]` is its content. `buf` is initialised to its full length
 /// (kept at its capacity), so appending is a bounds check and a copy: no length
 /// bookkeeping of a `Vec`, no zeroing.
@@ -310,7 +315,7 @@ impl Pool {
     fn alloc_fresh(&mut self) -> Msg {
         self.fresh += 1;
         let mut m = Msg {
-            buf: vec![0; HEADROOM + 1536],
+            buf: vec![0; HEADROOM + FRESH_TAILROOM],
             start: 0,
             end: 0,
         };
