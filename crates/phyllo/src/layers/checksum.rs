@@ -103,7 +103,7 @@ impl Checksum {
 /// little-endian 16-bit words (each part padded on its own). A header still in its wire order
 /// is summed masked, eight bytes per load; a receiver that converted one from the other order
 /// rebuilds the sender's image, so both ends compute the same value.
-#[inline]
+#[inline(always)]
 pub fn covered_checksum(
     header: &[u8],
     order: ByteOrder,

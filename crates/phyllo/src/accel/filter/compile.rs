@@ -225,7 +225,8 @@ enum COp {
     // The fused forms above with their operands' kinds fixed, for the shapes layers emit on
     // every message (the frag layer's size and fragment checks, the checksum layer's store
     // and check): no second dispatch on the operand, and only the fields used are loaded
-    // (callgrind: the general fused forms cost ~45 instructions each, mostly that).
+    // (callgrind: the general fused forms cost ~45 instructions each, mostly that). They run
+    // in `special`, without the register file.
     /// [`COp::AbortRange`] of `PUSH_SIZE`.
     AbortSizeRange {
         lo: u64,
@@ -238,25 +239,12 @@ enum COp {
         acc: Acc,
         code: u64,
     },
-    /// [`COp::StoreSrc`] of a digest.
-    StoreDigest {
-        d: Digest,
-        acc: Acc,
-    },
-    /// [`COp::AbortBin`] of `NE` between a digest and a field (either way round).
-    AbortDigestNeField {
-        d: Digest,
-        acc: Acc,
-        code: u64,
-    },
-    /// [`COp::StoreDigest`] of the covered checksum: the checksum layer's send program, with
-    /// the checksum computed inline (callgrind: the call and its nine arguments cost ~35
-    /// instructions a message).
+    /// [`COp::StoreSrc`] of the covered checksum: the checksum layer's send program.
     StoreCovered {
         acc: Acc,
     },
-    /// [`COp::AbortDigestNeField`] of the covered checksum: the checksum layer's delivery
-    /// check, inline.
+    /// [`COp::AbortBin`] of `NE` between the covered checksum and a field (either way
+    /// round): the checksum layer's delivery check.
     AbortCoveredNe {
         acc: Acc,
         code: u64,
@@ -284,27 +272,21 @@ impl COp {
                 code,
             } => COp::AbortIfField { acc, code },
             COp::StoreSrc {
-                x: Src::Digest(d),
+                x: Src::Digest(Digest::InetChecksumCovered),
                 acc,
-            } => match d {
-                Digest::InetChecksumCovered => COp::StoreCovered { acc },
-                d => COp::StoreDigest { d, acc },
-            },
+            } => COp::StoreCovered { acc },
             COp::AbortBin {
                 op: BinOp::Ne,
-                x: Src::Digest(d),
+                x: Src::Digest(Digest::InetChecksumCovered),
                 y: Src::Field(acc),
                 code,
             }
             | COp::AbortBin {
                 op: BinOp::Ne,
                 x: Src::Field(acc),
-                y: Src::Digest(d),
+                y: Src::Digest(Digest::InetChecksumCovered),
                 code,
-            } => match d {
-                Digest::InetChecksumCovered => COp::AbortCoveredNe { acc, code },
-                d => COp::AbortDigestNeField { d, acc, code },
-            },
+            } => COp::AbortCoveredNe { acc, code },
             other => other,
         }
     }
@@ -564,18 +546,6 @@ fn general_op<H: HeaderIo, const N: usize>(
                 return Some(code);
             }
         }
-        COp::StoreDigest { d, acc } => {
-            let v = d.compute_in(hdr.bytes(), body);
-            if let Some(h) = hdr.bytes_mut() {
-                acc.store(h, v);
-            }
-        }
-        COp::AbortDigestNeField { d, acc, code } => {
-            let h = hdr.bytes();
-            if d.compute_in(h, body) != acc.load(h) {
-                return Some(code);
-            }
-        }
         // Run by `special`, never passed here.
         COp::Return(_)
         | COp::AbortSizeRange { .. }
@@ -588,14 +558,11 @@ fn general_op<H: HeaderIo, const N: usize>(
 
 /// The covered checksum ([`Digest::InetChecksumCovered`]) of the message. Out of line with
 /// two arguments: inlined, its set-up was hoisted into `run_ops`'s prologue for every
-/// program (callgrind: +70 instructions a run); called as `covered_checksum`, nine
-/// arguments were spilled around it.
+/// program (callgrind: +70 instructions a run); called directly from `run_ops`, the nine
+/// arguments of [`Digest::compute_in`] were spilled around it.
 #[inline(never)]
 fn covered(h: &[u8], m: &DigestIn<'_>) -> u64 {
-    !crate::layers::fold16(crate::field::oc_add(
-        m.cover.image_sum(h, m.order, m.wire),
-        crate::layers::ones_sum_le(m.body),
-    )) as u64
+    Digest::InetChecksumCovered.compute_in(h, m)
 }
 
 /// `PUSH x; PUSH y; <cmp>; ABORT code` as a range test, if `cmp` is a comparison and one

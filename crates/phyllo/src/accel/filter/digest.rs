@@ -103,9 +103,15 @@ impl Digest {
             Digest::InetChecksum => inet_checksum(body) as u64,
             Digest::BodyLen => body.len() as u64,
             // An empty cover: the sum of the body alone.
-            Digest::InetChecksumCovered => {
-                !crate::layers::fold16(crate::layers::ones_sum_le(body)) as u64
-            }
+            Digest::InetChecksumCovered => Digest::InetChecksumCovered.compute_in(
+                &[],
+                &DigestIn {
+                    body,
+                    order: crate::field::ByteOrder::Little,
+                    wire: crate::field::ByteOrder::Little,
+                    cover: &crate::field::Cover::EMPTY,
+                },
+            ),
         }
     }
 
