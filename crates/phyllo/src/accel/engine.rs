@@ -800,20 +800,9 @@ impl<S: LayerSet> Connection<S> {
             let cid = pa.conn_id_len;
             if *pre == usual && m.len() + cid >= PREAMBLE_LEN + hl {
                 m.pop_front(PREAMBLE_LEN);
-                match self.template.bytes.first_chunk::<8>() {
-                    // The identification is 64 bits: a fixed-size copy.
-                    Some(id) if cid == 8 => m.prepend_array(id),
-                    _ => m.prepend(&self.template.bytes[..cid]),
-                }
-                let native = self.layout.order();
-                self.rx_wire = native;
-                let knows = pa.cookie_ack.get(m.data());
-                if knows == pa.peer_knows_cookie {
-                    // Nothing to learn from it either.
-                    self.pa_deliver(now, m);
-                } else {
-                    self.pa_accept(now, m, None);
-                }
+                m.prepend(&self.template.bytes[..cid]);
+                self.rx_wire = self.layout.order();
+                self.pa_accept(now, m, None);
                 return;
             }
         }
@@ -883,6 +872,7 @@ impl<S: LayerSet> Connection<S> {
     /// A datagram with its full header area in native order: deliver it, first learning
     /// what it teaches (`learn`: the identification and the peer's cookie it carried; and
     /// whether the peer knows our cookie), undone if the stack drops it.
+    #[inline(always)]
     fn pa_accept(&mut self, now: Time, m: Msg, learn: Option<(u64, u64)>) {
         let Some(pa) = self.pa.as_deref_mut() else {
             return;
@@ -891,8 +881,16 @@ impl<S: LayerSet> Connection<S> {
         if learn.is_none() && knows == pa.peer_knows_cookie {
             // The usual case: nothing to learn from this datagram.
             self.pa_deliver(now, m);
-            return;
+        } else {
+            self.pa_learn(now, m, learn, knows);
         }
+    }
+
+    /// [`Connection::pa_accept`] of a datagram that teaches something: learn it, deliver,
+    /// and forget it again if the stack dropped the datagram.
+    #[inline(never)]
+    fn pa_learn(&mut self, now: Time, m: Msg, learn: Option<(u64, u64)>, knows: bool) {
+        let pa = self.pa.as_deref_mut().expect("accelerated connection");
         let saved = (pa.conn_ident, pa.peer_cookie, pa.peer_knows_cookie);
         if let Some((ident, cookie)) = learn {
             pa.conn_ident = Some(ident);
