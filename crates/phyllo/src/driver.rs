@@ -61,7 +61,7 @@ impl<S: LayerSet> UdpDriver<S> {
     /// Now, on the connection's clock.
     #[inline]
     pub fn now(&self) -> Time {
-        Time(self.epoch.elapsed().as_nanos() as u64)
+        self.time_of(Instant::now())
     }
 
     /// The socket.

@@ -153,9 +153,7 @@ impl Msg {
     /// At least `n` writable bytes after the content (the buffer grows if needed), for a
     /// receive to write into; [`commit_tail`](Self::commit_tail) then adds what it wrote.
     pub fn tail_room(&mut self, n: usize) -> &mut [u8] {
-        if self.end + n > self.buf.len() {
-            self.grow_back(self.end + n);
-        }
+        self.ensure_back(self.end + n);
         &mut self.buf[self.end..]
     }
 
@@ -170,11 +168,17 @@ impl Msg {
     #[inline(always)]
     fn reserve_back(&mut self, n: usize) -> &mut [u8] {
         let end = self.end + n;
+        self.ensure_back(end);
+        let from = std::mem::replace(&mut self.end, end);
+        &mut self.buf[from..end]
+    }
+
+    /// Make the buffer hold at least `end` bytes.
+    #[inline(always)]
+    fn ensure_back(&mut self, end: usize) {
         if end > self.buf.len() {
             self.grow_back(end);
         }
-        let from = std::mem::replace(&mut self.end, end);
-        &mut self.buf[from..end]
     }
 
     #[cold]

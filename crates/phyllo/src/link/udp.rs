@@ -345,18 +345,14 @@ impl UdpLink {
         self.stats.recv_calls += 1;
         // As in `recv_inner`: no source address from a connected link (and no storage for
         // one to clear on every busy-poll spin).
-        let r = if self.peer.is_some() {
-            sys::recv_from(self.socket.as_fd(), buf, None, libc::MSG_DONTWAIT)
+        let mut storage;
+        let name = if self.peer.is_some() {
+            None
         } else {
-            let mut name = zeroed_storage();
-            sys::recv_from(
-                self.socket.as_fd(),
-                buf,
-                Some(&mut name),
-                libc::MSG_DONTWAIT,
-            )
+            storage = zeroed_storage();
+            Some(&mut storage)
         };
-        match r {
+        match sys::recv_from(self.socket.as_fd(), buf, name, libc::MSG_DONTWAIT) {
             Ok(len) => {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += (len > buf.len()) as u64;
