@@ -151,7 +151,7 @@ struct Pending {
     deliver_hdr: HeaderCopy,
 }
 
-/// A retransmission copy deferred past the critical path (seed 004 §2.2: saving the message
+/// A retransmission copy deferred past the critical path (seed 004 §3.1: saving a message
 /// for retransmission is post-processing). The layer asked for the message as the fast path
 /// left it, header area and body; that is the sent datagram without the preamble and with
 /// the full header area. So instead of copying on the send path, the engine waits for the
