@@ -241,7 +241,7 @@ pub fn rtt_udp_paced(
 /// Send `m` back without copying it, once the connection can take it.
 fn echo_msg<S: phyllo::LayerSet>(d: &mut UdpDriver<S>, m: Msg) -> Result<()> {
     wait_until_sendable(d)?;
-    // The time the receive used (a few µs old at most) serves the reply.
+    // The time the receive used (~6 µs old at most) serves the reply.
     let now = d.recent();
     d.send_msg_at(now, m)?;
     Ok(())
