@@ -10,7 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::accel::filter::{verify, Direction, FieldTable, FilterCtx, Program};
+use phyllo::filter::{verify, Direction, FieldTable, FilterCtx, Program};
 use phyllo::field::{ByteOrder, FieldLoc};
 
 fn table() -> FieldTable {

@@ -8,8 +8,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use phyllo::accel::filter::{verify, CompileOptions, Direction, FilterCtx};
 use phyllo::field::ByteOrder;
+use phyllo::filter::{verify, CompileOptions, Direction, FilterCtx};
 
 #[path = "common/filter_programs.rs"]
 mod programs;

@@ -8,10 +8,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use phyllo::accel::filter::{
-    inet_checksum, verify, CompileOptions, Direction, FilterCtx, ProgramBuilder,
-};
 use phyllo::field::ByteOrder;
+use phyllo::filter::{inet_checksum, verify, CompileOptions, Direction, FilterCtx, ProgramBuilder};
 
 #[path = "../benches/common/filter_programs.rs"]
 mod programs;

@@ -89,7 +89,7 @@ pub enum BuildError {
     Layout(#[from] LayoutError),
     /// A layer's packet-filter instructions do not verify.
     #[error("packet filter: {0}")]
-    Filter(#[from] crate::accel::filter::VerifyError),
+    Filter(#[from] crate::filter::VerifyError),
 }
 
 /// The application's message was not accepted.

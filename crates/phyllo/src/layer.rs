@@ -14,8 +14,8 @@
 //! ([`Layer::init`] with a [`FieldRegistry`]) and read and write them through
 //! [`FieldHandle`]s on a [`Packet`] or a [`Hdr`].
 
-use crate::accel::filter::Segment;
 use crate::field::{ByteOrder, FieldHandle};
+use crate::filter::Segment;
 use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
 use crate::time::Time;

@@ -10,8 +10,11 @@
 pub mod accel;
 pub mod conn;
 pub mod driver;
+pub mod endpoint;
 pub mod field;
+pub mod filter;
 pub mod harness;
+pub mod inet;
 pub mod layer;
 pub mod layers;
 pub mod layout;

@@ -10,7 +10,7 @@
 //! Both implement [`LayerSet`], over which the connection's processing loop is written once;
 //! `tests/differential.rs` checks they put byte-identical datagrams on the wire.
 
-use crate::accel::filter::Segment;
+use crate::filter::Segment;
 use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layers::{Checksum, Frag, Seal, Window};
 use crate::layout::FieldRegistry;

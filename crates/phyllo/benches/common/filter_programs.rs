@@ -4,8 +4,8 @@
 //! at least eight bytes, as every accelerated header has), and a digest-free program of
 //! field checks.
 
-use phyllo::accel::filter::{DigestId, Direction, FieldTable, Op, ProgramBuilder};
 use phyllo::field::{FieldHandle, FieldLoc};
+use phyllo::filter::{DigestId, Direction, FieldTable, Op, ProgramBuilder};
 
 pub fn loc(bit_offset: u32, bits: u8) -> FieldLoc {
     FieldLoc { bit_offset, bits }
@@ -94,6 +94,6 @@ pub fn message(size: usize) -> (Vec<u8>, [u8; HEADER]) {
     hdr[..8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_be_bytes());
     hdr[8..12].copy_from_slice(&7u32.to_be_bytes());
     hdr[12] = 5;
-    hdr[13..15].copy_from_slice(&phyllo::accel::filter::inet_checksum(&body).to_be_bytes());
+    hdr[13..15].copy_from_slice(&phyllo::filter::inet_checksum(&body).to_be_bytes());
     (body, hdr)
 }

@@ -18,13 +18,13 @@
 //! shown (a gossip bit) that it knows the cookie, so losing the first message costs nothing
 //! extra; packing takes messages of any size up to the MTU.
 
-use crate::accel::filter::{
-    verify, CompiledFilter, Direction, FieldTable, FilterCtx, ProgramBuilder,
-};
 use crate::accel::preamble::{Preamble, COOKIE_MASK, PREAMBLE_LEN};
 use crate::conn::Connection;
 use crate::field::{
     image_in, le_word, read_bits, write_bits, Bit, ByteOrder, FieldClass, FieldHandle,
+};
+use crate::filter::{
+    verify, CompiledFilter, Direction, FieldTable, FilterCtx, ProgramBuilder, MISS_FRAGMENT,
 };
 use crate::layer::{Handoff, HeaderCopy, Predict, Verdict};
 use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
@@ -32,11 +32,6 @@ use crate::msg::Msg;
 use crate::stack::LayerSet;
 use crate::time::Time;
 use std::collections::VecDeque;
-
-/// Filter return value: a message-specific field did not check out.
-pub const MISS_FILTER: u64 = 1;
-/// Filter return value: the message is (or must become) fragments.
-pub const MISS_FRAGMENT: u64 = 2;
 
 /// Why a message left the fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -284,21 +279,21 @@ pub(crate) fn build<S: LayerSet>(
     mtu: usize,
     initiator: bool,
     forced_cookie: Option<u64>,
-) -> Result<Pa, crate::accel::filter::VerifyError> {
+) -> Result<Pa, crate::filter::VerifyError> {
     let n = layers.count();
     let table = FieldTable::new(layout.header_len(), layout.locs().to_vec());
     let mut send = ProgramBuilder::new();
     let mut deliver = ProgramBuilder::new();
     let mut cover_layer = None;
     for i in 0..n {
-        let id = i as crate::accel::filter::LayerId;
+        let id = i as crate::filter::LayerId;
         layers.send_filter_at(i, send.segment(id));
         layers.deliver_filter_at(i, deliver.segment(id));
         let uses_cover = send.segments().iter().any(|s| {
             s.layer() == id
                 && s.ops().iter().any(|o| {
-                    matches!(o, crate::accel::filter::Op::Digest(d)
-                        if *d == crate::accel::filter::DigestId::INET_CHECKSUM_COVERED)
+                    matches!(o, crate::filter::Op::Digest(d)
+                        if *d == crate::filter::DigestId::INET_CHECKSUM_COVERED)
                 })
         });
         if uses_cover {
@@ -1071,7 +1066,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Stop telling the peer that its cookie is known, so it keeps sending the
-    /// identification: used by an [`Endpoint`](crate::accel::Endpoint) that found the cookie
+    /// identification: used by an [`Endpoint`](crate::endpoint::Endpoint) that found the cookie
     /// shared by two connections.
     pub fn block_cookie_ack(&mut self) {
         if let Some(pa) = self.pa.as_mut() {

@@ -4,11 +4,10 @@
 //! paths of Figure 3, deferred post-processing and message packing in front of a
 //! connection's stack (enable it with [`crate::Config::accelerated`]).
 
-mod endpoint;
 mod engine;
-pub mod filter;
+
 pub mod preamble;
 
-pub use endpoint::{Accept, Endpoint, EndpointStats};
+pub use crate::filter::{MISS_FILTER, MISS_FRAGMENT};
 pub(crate) use engine::{build, declare, Pa};
-pub use engine::{unpack_ranges, AccelStats, Miss, MISS_FILTER, MISS_FRAGMENT};
+pub use engine::{unpack_ranges, AccelStats, Miss};

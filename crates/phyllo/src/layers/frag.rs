@@ -11,8 +11,8 @@
 //! counted) and none longer than the connection's maximum message size. Overlapping, misplaced
 //! or inconsistent fragments are counted and dropped.
 
-use crate::accel::filter::{Op, Segment};
 use crate::field::{FieldClass, FieldHandle};
+use crate::filter::{Op, Segment};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
@@ -214,14 +214,14 @@ impl Layer for Frag {
             Op::PushSize,
             Op::PushConst(self.size as u64),
             Op::Gt,
-            Op::Abort(crate::accel::MISS_FRAGMENT),
+            Op::Abort(crate::filter::MISS_FRAGMENT),
         ]);
     }
 
     /// A fragment (frag bit set) takes the layered path to reassembly.
     fn deliver_filter(&self, seg: &mut Segment) {
         if let Some(h) = self.field {
-            seg.extend([Op::PushField(h), Op::Abort(crate::accel::MISS_FRAGMENT)]);
+            seg.extend([Op::PushField(h), Op::Abort(crate::filter::MISS_FRAGMENT)]);
         }
     }
 

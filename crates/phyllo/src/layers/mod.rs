@@ -5,7 +5,7 @@ mod frag;
 mod seal;
 mod window;
 
-pub use checksum::{covered_checksum, fold16, ones_sum_le, Checksum};
+pub use checksum::Checksum;
 pub use frag::Frag;
 pub use seal::Seal;
 pub use window::Window;

@@ -53,7 +53,7 @@ pub enum Digest {
     /// The body length in bytes (the same value as `PUSH_SIZE`).
     BodyLen,
     /// The one's complement checksum of the filter's *cover* fields, as the header's sender
-    /// wrote them (the header masked to them, see [`crate::layers::covered_checksum`]), and of
+    /// wrote them (the header masked to them, see [`crate::inet::covered_checksum`]), and of
     /// the body: the `checksum` layer's value, which protects the header fields of the layers
     /// above it too. The cover is fixed when the filter is built
     /// ([`VerifiedFilter::with_cover`](super::VerifiedFilter::with_cover)); it must not include
@@ -120,7 +120,7 @@ impl Digest {
     pub(crate) fn compute_in(self, header: &[u8], m: &DigestIn<'_>) -> u64 {
         match self {
             Digest::InetChecksumCovered => {
-                crate::layers::covered_checksum(header, m.order, m.wire, m.cover, m.body) as u64
+                crate::inet::covered_checksum(header, m.order, m.wire, m.cover, m.body) as u64
             }
             d => d.compute(m.body),
         }
@@ -128,10 +128,10 @@ impl Digest {
 }
 
 /// The RFC 1071 Internet checksum of `data`: the little-endian sum
-/// ([`crate::layers::ones_sum_le`]), folded, swapped back to the textbook big-endian value
+/// ([`crate::inet::ones_sum_le`]), folded, swapped back to the textbook big-endian value
 /// (RFC 1071 §2(B)) and complemented.
 pub fn inet_checksum(data: &[u8]) -> u16 {
-    !crate::layers::fold16(crate::layers::ones_sum_le(data)).swap_bytes()
+    !crate::inet::fold16(crate::inet::ones_sum_le(data)).swap_bytes()
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@
 //! fuzzing.
 //!
 //! ```
-//! use phyllo::accel::filter::{verify, DigestId, Direction, FieldTable, FilterCtx, Op, ProgramBuilder};
+//! use phyllo::filter::{verify, DigestId, Direction, FieldTable, FilterCtx, Op, ProgramBuilder};
 //! use phyllo::field::{ByteOrder, FieldLoc};
 //!
 //! // A 7-byte header whose last two bytes hold the checksum layer's 16-bit field.
@@ -60,7 +60,7 @@
 //! assert_ne!(header[5..7], [0, 0]);
 //! let big = vec![0u8; 2000];
 //! assert_eq!(filter.run(&mut FilterCtx::send(&mut header, ByteOrder::Big, &big)), 1);
-//! # Ok::<(), phyllo::accel::filter::VerifyError>(())
+//! # Ok::<(), phyllo::filter::VerifyError>(())
 //! ```
 
 mod compile;
@@ -82,6 +82,12 @@ pub use verify::{
 };
 
 use crate::field::ByteOrder;
+
+/// Filter return value: a message-specific field did not check out (the message takes the
+/// layered path, which counts the layer's drop).
+pub const MISS_FILTER: u64 = 1;
+/// Filter return value: the message is (or must become) fragments.
+pub const MISS_FRAGMENT: u64 = 2;
 
 /// What a run returns when the context breaks an assumption the verifier made: the header is
 /// shorter than the one the field table describes, or a program that writes fields is given
