@@ -514,6 +514,23 @@ pub trait Layer: Send {
         let _ = p;
     }
 
+    /// Whether this layer tells the accelerator everything its pre-phases would do to a
+    /// usual message: its protocol-specific and gossip fields through
+    /// [`predict_send`](Self::predict_send) and [`predict_deliver`](Self::predict_deliver),
+    /// its message-specific fields and its refusals through the packet filters
+    /// ([`send_filter`](Self::send_filter), [`deliver_filter`](Self::deliver_filter)).
+    ///
+    /// Only then may the fast path skip its pre-phases. The default is `false`: the fast path
+    /// runs this layer's `pre_send` and `pre_deliver` on every message (its fields are left
+    /// out of the delivery prediction), so a layer that says nothing is never silently
+    /// wrong, only slower; a refusal there takes the layered path, counted as
+    /// [`Miss::Unpredicted`](crate::accel::Miss::Unpredicted). In debug builds the fast path
+    /// checks every header it predicted against the layered pre-phases and panics, naming
+    /// the layer, when a layer that claims to predict does not.
+    fn predicts(&self) -> bool {
+        false
+    }
+
     /// Whether the pre-phases transform the body (encryption): the accelerator's fast path
     /// then still runs them, since no filter can.
     fn transforms_body(&self) -> bool {
@@ -570,6 +587,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn predict_deliver(&self, p: &mut Predict<'_>) {
         (**self).predict_deliver(p)
+    }
+    fn predicts(&self) -> bool {
+        (**self).predicts()
     }
     fn transforms_body(&self) -> bool {
         (**self).transforms_body()

@@ -16,6 +16,7 @@ pub mod filter;
 pub mod harness;
 pub mod inet;
 pub mod layer;
+mod layered;
 pub mod layers;
 pub mod layout;
 pub mod link;

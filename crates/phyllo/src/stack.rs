@@ -46,6 +46,8 @@ pub trait LayerSet {
     fn predict_send_at(&self, i: usize, p: &mut Predict<'_>);
     /// [`Layer::predict_deliver`] of layer `i`.
     fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>);
+    /// [`Layer::predicts`] of layer `i`.
+    fn predicts_at(&self, i: usize) -> bool;
     /// [`Layer::transforms_body`] of layer `i`.
     fn transforms_body_at(&self, i: usize) -> bool;
     /// [`Layer::wants_copy`] of layer `i`.
@@ -104,6 +106,9 @@ impl LayerSet for DynStack {
     fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>) {
         self[i].predict_deliver(p)
     }
+    fn predicts_at(&self, i: usize) -> bool {
+        self[i].predicts()
+    }
     fn transforms_body_at(&self, i: usize) -> bool {
         self[i].transforms_body()
     }
@@ -140,6 +145,9 @@ impl LayerSet for () {
     fn deliver_filter_at(&self, _: usize, _: &mut Segment) {}
     fn predict_send_at(&self, _: usize, _: &mut Predict<'_>) {}
     fn predict_deliver_at(&self, _: usize, _: &mut Predict<'_>) {}
+    fn predicts_at(&self, _: usize) -> bool {
+        true
+    }
     fn transforms_body_at(&self, _: usize) -> bool {
         false
     }
@@ -242,6 +250,13 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.predict_deliver(p)
         } else {
             self.1.predict_deliver_at(i - 1, p)
+        }
+    }
+    fn predicts_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.predicts()
+        } else {
+            self.1.predicts_at(i - 1)
         }
     }
     fn transforms_body_at(&self, i: usize) -> bool {

@@ -1,13 +1,277 @@
 //! The Protocol Accelerator of seed 004 (van Renesse, "Masking the Overhead of Protocol
-//! Layering"): the compact layout ([`crate::layout::Layout::compact`]), the [`preamble`] with
-//! its connection cookie, the packet [`filter`]s of §3.3, and the engine that puts the fast
-//! paths of Figure 3, deferred post-processing and message packing in front of a
-//! connection's stack (enable it with [`crate::Config::accelerated`]).
+//! Layering"), wrapped around the layered [`core`](crate::layered).
+//!
+//! The accelerator owns its state and drives the core through a narrow interface; the core
+//! knows nothing of it beyond the [`Edge`] the accelerator implements (framing datagrams,
+//! unpacking deliveries). One module per idea of the paper:
+//!
+//! | module | seed 004 | what |
+//! |---|---|---|
+//! | [`preamble`] | §2.2, Figure 1 | the 8-byte preamble: identification bit, byte order, cookie |
+//! | `cookie` | §2.2 | connection identification and cookies: framing and admitting datagrams |
+//! | `predict` | §3.2 | predicted send and delivery headers; the debug check against the layered path |
+//! | `filters` | §3.3 | the send and delivery packet filters built from the layers' segments |
+//! | `deferred` | §3.1 | deferred post-processing, and the retransmission copy taken after sending |
+//! | `pack` | §3.4 | the backlog and message packing |
+//! | `fastpath` | §4, Figure 3 | `send`, `from_network`, `deliver`: the fast paths that tie them |
+//! | `stats` | §4 | hits and misses by reason |
+//!
+//! The compact layout itself is [`crate::layout::Layout::compact`] (§2.1). Enable the
+//! accelerator with [`crate::Config::accelerated`].
 
-mod engine;
-
+mod cookie;
+mod deferred;
+mod fastpath;
+mod filters;
+mod pack;
 pub mod preamble;
+mod predict;
+mod stats;
 
 pub use crate::filter::{MISS_FILTER, MISS_FRAGMENT};
-pub(crate) use engine::{build, declare, Pa};
-pub use engine::{unpack_ranges, AccelStats, Miss};
+pub use pack::unpack_ranges;
+pub use stats::{AccelStats, Miss};
+
+pub(crate) use cookie::{declare, PaFields};
+
+use crate::field::FieldSpec;
+use crate::field::{Bit, FieldLoc};
+use crate::filter::VerifyError;
+use crate::layered::{Core, Edge};
+use crate::layout::{Layout, MAX_HEADER};
+use crate::msg::{Msg, Pool};
+use crate::stack::LayerSet;
+use crate::time::Time;
+use cookie::Ident;
+use deferred::Pending;
+use fastpath::Shape;
+use filters::Filters;
+use pack::{Backlog, Unpacker};
+use predict::Predictions;
+use std::collections::VecDeque;
+
+/// What the accelerator needs from the connection's configuration.
+pub(crate) struct AccelConfig {
+    /// Largest packed body, bytes.
+    pub(crate) mtu: usize,
+    /// Whether this end chooses the identification.
+    pub(crate) initiator: bool,
+    /// This end's cookie (random when `None`).
+    pub(crate) cookie: Option<u64>,
+}
+
+/// The accelerator of one connection (seed 004 Table 3, both directions).
+pub(crate) struct Accelerator {
+    filters: Filters,
+    shape: Shape,
+    ident: Ident,
+    predict: Predictions,
+    pending: Pending,
+    backlog: Backlog,
+    unpacker: Unpacker,
+    packed: Bit,
+    packed_loc: FieldLoc,
+    header_len: usize,
+    /// The time of the latest operation: deferred work is due from then.
+    last: Time,
+    stats: AccelStats,
+}
+
+impl Accelerator {
+    /// Build the accelerator for `core` (whose layout is compact and holds the fields `f`;
+    /// `specs` are the fields as the layers declared them): filters, cookies, first
+    /// predictions. A filter that does not verify is an error.
+    pub(crate) fn build<S: LayerSet>(
+        core: &mut Core<S>,
+        specs: &[FieldSpec],
+        f: PaFields,
+        cfg: &AccelConfig,
+    ) -> Result<Accelerator, VerifyError> {
+        let layout = core.layout();
+        let hl = layout.header_len();
+        let filters = Filters::build(core.layers(), layout)?;
+        let predict = Predictions::new(layout, specs, core.layers());
+        let shape = Shape::of(core.layers(), &predict, &filters);
+        let (cookie, ident) = cookie::fresh(cfg.cookie);
+        let packed_loc = layout.loc(f.packed);
+        let mut pa = Accelerator {
+            filters,
+            shape,
+            ident: Ident::new(layout, f, cookie, cfg.initiator.then_some(ident)),
+            predict,
+            pending: Pending::new(hl),
+            backlog: Backlog::new(cfg.mtu),
+            unpacker: Unpacker::default(),
+            packed: Bit::of(packed_loc, hl, layout.order()).unwrap_or(Bit::NEVER),
+            packed_loc,
+            header_len: hl,
+            last: Time::ZERO,
+            stats: AccelStats::default(),
+        };
+        pa.refresh_template(core);
+        Ok(pa)
+    }
+
+    /// Counters.
+    pub(crate) fn stats(&self) -> &AccelStats {
+        &self.stats
+    }
+
+    /// The identification state.
+    pub(crate) fn ident(&self) -> &Ident {
+        &self.ident
+    }
+
+    /// Where the identification lives in the header area.
+    pub(crate) fn conn_ident_loc(&self, _: &Layout) -> FieldLoc {
+        self.ident.conn_loc()
+    }
+
+    /// The wire header of a usual data message.
+    pub(crate) fn data_header_bytes(&self, header_len: usize) -> usize {
+        self.ident.data_header_bytes(header_len)
+    }
+
+    /// Stop acknowledging the peer's cookie (see
+    /// [`Connection::block_cookie_ack`](crate::Connection::block_cookie_ack)).
+    pub(crate) fn block_cookie_ack<S: LayerSet>(&mut self, core: &mut Core<S>) {
+        self.ident.block_cookie_ack();
+        self.refresh_template(core);
+    }
+
+    /// Whether the backlog can take another message.
+    pub(crate) fn can_accept(&self) -> bool {
+        self.backlog.can_accept()
+    }
+
+    /// Whether post-processing or backlog is pending.
+    pub(crate) fn busy(&self) -> bool {
+        !self.pending.is_none() || !self.backlog.is_empty()
+    }
+
+    /// Whether [`post_process`](Self::post_process) would do something now.
+    #[inline]
+    pub(crate) fn actionable<S: LayerSet>(&self, core: &Core<S>) -> bool {
+        !self.pending.is_none() || (!self.backlog.is_empty() && !core.send_disabled())
+    }
+
+    /// When deferred work is due: at once (the time of the operation that left it) when
+    /// there is any.
+    pub(crate) fn deadline<S: LayerSet>(&self, core: &Core<S>) -> Option<Time> {
+        self.actionable(core).then_some(self.last)
+    }
+
+    /// Run the deferred work, then the layers' due timers.
+    pub(crate) fn handle_timeout<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
+        self.post_process(core, now);
+        core.run_timers(now, self);
+        self.predict.refresh(core);
+    }
+
+    /// Rebuild the template the layers' originated messages and the send prediction start
+    /// from (the accelerator's own fields), then the predictions. Called whenever the
+    /// identification or the cookie state changes.
+    fn refresh_template<S: LayerSet>(&mut self, core: &mut Core<S>) {
+        let hl = self.header_len;
+        let mut t = [0u8; MAX_HEADER];
+        self.ident
+            .write_template(&mut t[..hl], core.layout().order());
+        core.set_template(&t[..hl]);
+        self.predict.refresh(core);
+    }
+
+    /// A datagram taken from the transmit queue by value: if the deferred retransmission
+    /// copy waits for it, the copy is taken now (the caller keeps the datagram).
+    pub(crate) fn unqueued<S: LayerSet>(&mut self, core: &mut Core<S>, m: Msg) -> Msg {
+        if self.pending.awaits(&m) {
+            self.reclaim_copy(&m, core.pool());
+        }
+        m
+    }
+
+    /// The link is done with the datagram `m` the deferred copy waits for: `m` becomes the
+    /// copy (its preamble off, the full header area back on).
+    fn reclaim_sent(&mut self, mut m: Msg) {
+        let Some(r) = self.pending.reclaim.take() else {
+            return;
+        };
+        let wire_hdr = m.len().saturating_sub(r.body_len);
+        m.pop_front(wire_hdr);
+        m.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
+        self.pending.copies.push((r.layer, m));
+    }
+
+    /// Take the deferred copy from the datagram `m`, which stays with the caller.
+    fn reclaim_copy(&mut self, m: &Msg, pool: &mut Pool) {
+        let Some(r) = self.pending.reclaim.take() else {
+            return;
+        };
+        let wire_hdr = m.len().saturating_sub(r.body_len);
+        let mut copy = pool.alloc_copy(&m.data()[wire_hdr..]);
+        copy.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
+        self.pending.copies.push((r.layer, copy));
+    }
+
+    /// Settle a deferred copy whose datagram is still queued (post-processing before the link
+    /// took it): copy it from the queue.
+    fn settle_queued_reclaim<S: LayerSet>(&mut self, core: &mut Core<S>) {
+        let Some(r) = self.pending.reclaim else {
+            return;
+        };
+        // It is usually the newest datagram (post-processing a streaming backlog settles one
+        // copy per datagram while they all wait for the link).
+        let Some(at) = core.out().iter().rposition(|m| m.buffer_id() == r.id) else {
+            // Unreachable by the invariant on `Reclaim`.
+            debug_assert!(false, "deferred copy's datagram left the queue unsettled");
+            self.pending.reclaim = None;
+            return;
+        };
+        let m = std::mem::take(&mut core.out_mut()[at]);
+        self.reclaim_copy(&m, core.pool());
+        core.out_mut()[at] = m;
+    }
+}
+
+impl Edge for Accelerator {
+    /// A datagram the layered path sent: the preamble goes on.
+    #[inline]
+    fn frame(&mut self, m: &mut Msg, header_len: usize) {
+        self.ident.wrap(m, header_len, &mut self.stats);
+    }
+
+    #[inline]
+    fn release(&mut self, m: Msg, pool: &mut Pool) {
+        if self.pending.awaits(&m) {
+            self.reclaim_sent(m);
+        } else {
+            pool.free(m);
+        }
+    }
+
+    /// A message the layered path delivers: unpacked if packed.
+    fn arrive(
+        &mut self,
+        header: &[u8],
+        body: Msg,
+        pool: &mut Pool,
+        to_app: &mut VecDeque<Msg>,
+    ) -> u64 {
+        let packed = self.packed.get(header);
+        let n = if !packed {
+            to_app.push_back(body);
+            1
+        } else if let Some(ranges) = self.unpacker.ranges(body.data()) {
+            for &(at, len) in ranges {
+                to_app.push_back(pool.alloc_copy(&body.data()[at..at + len]));
+            }
+            pool.free(body);
+            ranges.len() as u64
+        } else {
+            self.stats.bad_packing += 1;
+            pool.free(body);
+            0
+        };
+        self.stats.slow_deliver_msgs += n;
+        n
+    }
+}

@@ -44,6 +44,11 @@ impl Layer for Checksum {
         "checksum"
     }
 
+    /// Yes: its one field is message-specific: the filters fill and check it.
+    fn predicts(&self) -> bool {
+        true
+    }
+
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
         self.field = Some(fields.add_field(FieldClass::MsgSpecific, "checksum", 16, None));
     }

@@ -99,6 +99,11 @@ impl Layer for Frag {
         "frag"
     }
 
+    /// Yes: the filters send only unfragmented messages and refuse fragments; its bit is predicted clear.
+    fn predicts(&self) -> bool {
+        true
+    }
+
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.field = Some(fields.add_field(FieldClass::ProtoSpecific, "frag", 1, None));
         self.max_message = cx.max_message;

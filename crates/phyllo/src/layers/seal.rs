@@ -132,6 +132,11 @@ impl Layer for Seal {
         "seal"
     }
 
+    /// Yes: its nonce is predicted; its pre-phases (encryption) run on the fast path anyway.
+    fn predicts(&self) -> bool {
+        true
+    }
+
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.nonce = Some(fields.add_field(FieldClass::ProtoSpecific, "nonce", 32, None));
         let (i2r, r2i) = derive_keys(&cx.psk);

@@ -295,6 +295,11 @@ impl Layer for Window {
         "window"
     }
 
+    /// Yes: sequence number, kind and acknowledgement are predicted.
+    fn predicts(&self) -> bool {
+        true
+    }
+
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
         self.f = Some(Fields {
             kind: fields.add_field(FieldClass::ProtoSpecific, "kind", 2, None),

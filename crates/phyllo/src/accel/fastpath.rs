@@ -1,0 +1,624 @@
+//! The fast paths of seed 004 §4, Figure 3: `send`, `from_network` and `deliver`.
+//!
+//! - **send**: if the send header is disabled, post-sending is pending, or messages wait, the
+//!   message joins the backlog (and will leave packed). Otherwise the predicted header is
+//!   copied in, the pre-sends of layers that do not predict run, the send filter fills the
+//!   message-specific fields, body-transforming layers (`seal`) run, the preamble goes on and
+//!   the datagram is out; post-sending is deferred. A refusal takes the layered path
+//!   (PRESEND), counted by reason.
+//! - **from_network**: the preamble names the connection by cookie (or carries the
+//!   identification); body transforms at the bottom run (decryption); the delivery filter
+//!   checks the message-specific fields; if delivery is enabled and the protocol-specific
+//!   header equals the prediction, the pre-deliveries of layers that do not predict run, and
+//!   the message is delivered (unpacked if packed) with post-delivery deferred. Any miss takes
+//!   the layered path (PREDELIVER).
+//! - **post_process**: runs the deferred post-phases, refreshes the predictions, and sends the
+//!   backlog packed.
+//!
+//! A datagram's way: [`Accelerator::receive`] → `cookie` admits it → [`Accelerator::deliver`]
+//! → the application's queue in the [`core`](crate::layered), or the core's layered path.
+
+use super::deferred::Reclaim;
+use super::filters::Filters;
+use super::preamble::PREAMBLE_LEN;
+use super::predict::{self, Predictions};
+use super::stats::Miss;
+use super::Accelerator;
+use crate::field::{image_in, write_bits, ByteOrder};
+use crate::filter::{FilterCtx, MISS_FRAGMENT};
+use crate::layer::{Handoff, HeaderCopy, Verdict};
+use crate::layered::Core;
+use crate::layout::Layout;
+use crate::msg::Msg;
+use crate::stack::LayerSet;
+use crate::time::Time;
+
+/// How the fast path treats each layer of the stack, fixed when the connection is built.
+pub(crate) struct Shape {
+    /// Layers that do not predict and do not transform the body, top first: the fast send
+    /// runs their pre-sends before the filter (which may cover their fields).
+    send_unpredicted: Vec<usize>,
+    /// Body-transforming layers, top first: the fast send runs them after the filter.
+    transform: Vec<usize>,
+    /// How many layers at the bottom of the stack transform the body (the fast delivery runs
+    /// them before the filter, which must see the plaintext).
+    bottom_transforms: usize,
+    /// Layers that do not predict, above the bottom transforms, bottom first: the fast
+    /// delivery runs their pre-deliveries after the prediction matched.
+    deliver_unpredicted: Vec<usize>,
+    /// Whether a send may take the fast path: no body transform sits above a layer whose
+    /// send-filter instructions would then see the wrong body.
+    fast_send: bool,
+    /// Whether a delivery may take the fast path: every body transform is at the bottom.
+    fast_deliver: bool,
+    /// Whether the usual send needs nothing but the prediction and the filter.
+    plain_send: bool,
+    /// Layers whose pre-send the fast path skips but which want a retransmission copy.
+    copy: Vec<usize>,
+    /// The one layer that wants a retransmission copy, when nothing else is run on the send
+    /// path: the sent datagram becomes its copy ([`Reclaim`]).
+    reclaim_layer: Option<usize>,
+}
+
+impl Shape {
+    /// The shape of `layers`.
+    pub(crate) fn of<S: LayerSet>(layers: &S, predict: &Predictions, filters: &Filters) -> Shape {
+        let n = layers.count();
+        let transform: Vec<usize> = (0..n).filter(|&i| layers.transforms_body_at(i)).collect();
+        let bottom_transforms = (0..n)
+            .rev()
+            .take_while(|&i| layers.transforms_body_at(i))
+            .count();
+        let unpredicted = |i: &usize| !predict.predicts(*i) && !layers.transforms_body_at(*i);
+        let send_unpredicted: Vec<usize> = (0..n).filter(unpredicted).collect();
+        let deliver_unpredicted: Vec<usize> = (0..n - bottom_transforms)
+            .rev()
+            .filter(unpredicted)
+            .collect();
+        let fast_send = match (transform.first(), filters.lowest_send_layer()) {
+            (Some(&t), Some(f)) => t > f,
+            _ => true,
+        };
+        let copy: Vec<usize> = (0..n)
+            .filter(|&i| layers.wants_copy_at(i) && !send_unpredicted.contains(&i))
+            .collect();
+        let plain_send = send_unpredicted.is_empty();
+        let reclaim_layer = match *copy {
+            [layer] if transform.is_empty() && plain_send => Some(layer),
+            _ => None,
+        };
+        Shape {
+            fast_deliver: transform.len() == bottom_transforms,
+            plain_send: plain_send && fast_send,
+            send_unpredicted,
+            transform,
+            bottom_transforms,
+            deliver_unpredicted,
+            fast_send,
+            copy,
+            reclaim_layer,
+        }
+    }
+}
+
+/// What the send filter's result means.
+#[inline(always)]
+fn send_miss(verdict: u64) -> Option<Miss> {
+    match verdict {
+        0 => None,
+        MISS_FRAGMENT => Some(Miss::Fragment),
+        _ => Some(Miss::Filter),
+    }
+}
+
+impl Accelerator {
+    /// Accelerated send (seed 004 Figure 3, `send`).
+    #[inline]
+    pub(crate) fn send<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, m: Msg) {
+        self.last = now;
+        // A reply right after a delivery does not wait for that delivery's post-processing:
+        // the send prediction's protocol-specific fields depend only on the send state, and
+        // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1).
+        // This keeps the delivery's post-phase off the round trip's critical path.
+        if self.pending.send || !self.backlog.is_empty() || core.send_disabled() {
+            self.backlog.push(m, core.pool());
+            return;
+        }
+        self.send_one(core, now, m, false, 1);
+    }
+
+    /// Send one body on the fast path if it can, else layered: the predicted header goes in
+    /// front of it.
+    #[inline]
+    fn send_one<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        packed: bool,
+        msgs: u64,
+    ) {
+        #[cfg(not(debug_assertions))]
+        self.send_body(core, now, m, packed, msgs, &[]);
+        #[cfg(debug_assertions)]
+        {
+            // The body as the application gave it, for the check against the layered path
+            // (a pooled buffer: the steady state allocates nothing, in debug builds too).
+            let body = core.pool().alloc_copy(m.data());
+            self.send_body(core, now, m, packed, msgs, body.data());
+            core.pool().free(body);
+        }
+    }
+
+    /// [`send_one`](Self::send_one); `body` is the message before any header (debug builds
+    /// only: empty otherwise).
+    #[inline(always)]
+    fn send_body<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        mut m: Msg,
+        packed: bool,
+        msgs: u64,
+        body: &[u8],
+    ) {
+        let hl = self.header_len;
+        m.prepend(self.predict.send_header(hl));
+        if packed {
+            self.mark_packed(&mut m, core.layout(), msgs);
+        }
+        if core.send_disabled() || !self.shape.plain_send {
+            if let Some(why) = self.send_checks(core, now, &mut m) {
+                self.send_missed(core, now, m, why, msgs);
+                return;
+            }
+        } else {
+            let (h, b) = m.data_mut().split_at_mut(hl);
+            let verdict = self
+                .filters
+                .send(&mut FilterCtx::send(h, core.layout().order(), b));
+            if let Some(why) = send_miss(verdict) {
+                self.send_missed(core, now, m, why, msgs);
+                return;
+            }
+        }
+        self.stats.fast_send_msgs += msgs;
+        match self.shape.reclaim_layer {
+            Some(layer) => {
+                #[cfg(debug_assertions)]
+                predict::check_send(&self.predict, core, now, &m, body);
+                self.send_passed(core, m, Some(layer));
+            }
+            None => self.send_passed_general(core, now, m, body),
+        }
+    }
+
+    /// The send's checks when the usual case does not hold: a disabled send header or a
+    /// shape without fast sends; the pre-sends of layers that do not predict; the filter.
+    /// `None` when the message may go on.
+    #[inline(never)]
+    fn send_checks<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: &mut Msg,
+    ) -> Option<Miss> {
+        if core.send_disabled() || !self.shape.fast_send {
+            return Some(Miss::Disabled);
+        }
+        let stop = core.pre_phases(now, self.shape.send_unpredicted.iter().copied(), true, m);
+        if stop.is_some() {
+            core.free_kept();
+            return Some(Miss::Unpredicted);
+        }
+        let hl = self.header_len;
+        let (h, b) = m.data_mut().split_at_mut(hl);
+        send_miss(
+            self.filters
+                .send(&mut FilterCtx::send(h, core.layout().order(), b)),
+        )
+    }
+
+    /// Set the packed bit of a send's header area (the prediction says "not packed": a
+    /// message-specific field starts at zero) and count the packing. Out of line: packed
+    /// datagrams leave from post-processing, off the latency path.
+    #[inline(never)]
+    fn mark_packed(&mut self, m: &mut Msg, layout: &Layout, msgs: u64) {
+        let hl = self.header_len;
+        write_bits(&mut m.data_mut()[..hl], self.packed_loc, layout.order(), 1);
+        self.stats.packed_datagrams += 1;
+        self.stats.packed_msgs += msgs;
+        self.stats.max_pack = self.stats.max_pack.max(msgs);
+    }
+
+    /// The fast path refused a message (`why`): the layered path sends it.
+    #[cold]
+    #[inline(never)]
+    fn send_missed<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        why: Miss,
+        msgs: u64,
+    ) {
+        self.stats.miss(true, why);
+        self.stats.slow_send_msgs += msgs;
+        core.run_send(now, 0, m, self);
+        core.drain(now, self);
+        self.predict.refresh(core);
+    }
+
+    /// A fast-path send whose retransmission copies are taken now (several layers want one,
+    /// or layers that do not predict kept theirs) or whose body a layer transforms (sealing)
+    /// before it goes out. `body`: the message as the application gave it (debug builds
+    /// check the sent header against the layered path with it).
+    #[inline(never)]
+    fn send_passed_general<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        mut m: Msg,
+        body: &[u8],
+    ) {
+        for &i in &self.shape.copy {
+            let copy = core.pool().alloc_copy(m.data());
+            self.pending.copies.push((i, copy));
+        }
+        for &i in &self.shape.send_unpredicted {
+            if let Some(c) = core.kept_copy(i) {
+                self.pending.copies.push((i, c));
+            }
+        }
+        if !self.shape.transform.is_empty() && !self.transform_send(core, now, &mut m) {
+            return;
+        }
+        #[cfg(debug_assertions)]
+        predict::check_send(&self.predict, core, now, &m, body);
+        let _ = body;
+        self.send_passed(core, m, None);
+    }
+
+    /// Put a message that passed the send filter on the link and leave its post-processing
+    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes.
+    #[inline(always)]
+    fn send_passed<S: LayerSet>(&mut self, core: &mut Core<S>, mut m: Msg, reclaim: Option<usize>) {
+        let hl = self.header_len;
+        self.pending.send_hdr.set(&m.data()[..hl]);
+        self.pending.send = true;
+        let body_len = m.len() - hl;
+        self.ident.wrap(&mut m, hl, &mut self.stats);
+        if let Some(layer) = reclaim {
+            self.pending.reclaim = Some(Reclaim {
+                layer,
+                id: m.buffer_id(),
+                body_len,
+            });
+        }
+        core.queue_out(m, self);
+    }
+
+    /// Run the body-transforming layers' pre-send on a fast-path message; `false` if one
+    /// dropped it (the message and its retransmission copies are then freed).
+    fn transform_send<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, m: &mut Msg) -> bool {
+        let stop = core.pre_phases(now, self.shape.transform.iter().copied(), true, m);
+        let Some((i, v)) = stop else {
+            return true;
+        };
+        // Only a drop can stop a body transform on the send path.
+        if let Verdict::Drop(r) = v {
+            core.count_drop(i, r);
+        }
+        core.free_kept();
+        core.pool().free(std::mem::take(m));
+        for (_, c) in self.pending.copies.drain(..) {
+            core.pool().free(c);
+        }
+        false
+    }
+
+    /// Run the deferred post-processing, then send the backlog packed (seed 004 §3.4).
+    pub(crate) fn post_process<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
+        self.last = now;
+        loop {
+            // A pending delivery is older than a pending send (receiving runs the pending
+            // post-processing first), so it goes first.
+            self.post_deliver_pending(core, now);
+            if self.pending.send {
+                self.pending.send = false;
+                self.settle_queued_reclaim(core);
+                let hdr = self.pending.send_hdr;
+                let mut copies = std::mem::take(&mut self.pending.copies);
+                for i in 0..core.layers().count() {
+                    let copy = copies
+                        .iter()
+                        .position(|(l, _)| *l == i)
+                        .map(|p| copies.swap_remove(p).1);
+                    core.post_send(now, i, &hdr, Handoff::Passed { copy });
+                }
+                // Copies no layer took (none, unless a layer was removed) go back to the pool.
+                for (_, c) in copies.drain(..) {
+                    core.pool().free(c);
+                }
+                self.pending.copies = copies;
+                core.drain(now, self);
+                self.predict.refresh(core);
+            }
+            if core.send_disabled() {
+                return;
+            }
+            let Some(w) = self.backlog.pop() else {
+                return;
+            };
+            self.send_one(core, now, w.body, w.packed, w.msgs);
+        }
+    }
+
+    fn post_deliver_pending<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
+        if self.pending.deliver {
+            self.pending.deliver = false;
+            let hdr = self.pending.deliver_hdr;
+            for i in (0..core.layers().count()).rev() {
+                core.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+            }
+            core.drain(now, self);
+            self.predict.refresh(core);
+        }
+    }
+
+    /// Accelerated receive (seed 004 Figure 3, `from_network`).
+    #[inline]
+    pub(crate) fn receive<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, mut m: Msg) {
+        if self.actionable(core) {
+            self.post_process(core, now);
+        }
+        self.last = now;
+        // The usual datagram: the predicted preamble, long enough. Its identification was
+        // left off; restore it (the template holds it, native order, in its first bytes).
+        if self.ident.is_usual(&m, self.header_len) {
+            m.pop_front(PREAMBLE_LEN);
+            m.prepend(&core.template()[..self.ident.conn_id_len()]);
+            core.set_rx_wire(core.layout().order());
+            self.accept(core, now, m, None);
+            return;
+        }
+        self.receive_general(core, now, m);
+    }
+
+    /// [`receive`](Self::receive) for any datagram: admit it by cookie or identification,
+    /// convert the byte order.
+    #[inline(never)]
+    fn receive_general<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, mut m: Msg) {
+        let native = core.layout().order();
+        match self
+            .ident
+            .admit(&mut m, self.header_len, core.template(), native)
+        {
+            Err(why) => {
+                use super::cookie::Refused;
+                match why {
+                    Refused::Truncated => self.stats.truncated += 1,
+                    Refused::UnknownCookie => self.stats.unknown_cookie += 1,
+                    Refused::UnknownConn => self.stats.unknown_conn += 1,
+                }
+                core.pool().free(m);
+            }
+            Ok(a) => {
+                core.set_rx_wire(a.order);
+                if a.order != native {
+                    convert_order(&mut m.data_mut()[..self.header_len], core.layout(), a.order);
+                }
+                self.accept(core, now, m, a.learn);
+            }
+        }
+    }
+
+    /// A datagram with its full header area in native order: deliver it, first learning what
+    /// it teaches (`learn`: the identification and the peer's cookie it carried; and whether
+    /// the peer knows our cookie), undone if the stack drops it.
+    #[inline(always)]
+    fn accept<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        learn: Option<(u64, u64)>,
+    ) {
+        if self.ident.teaches_nothing(m.data(), &learn) {
+            self.deliver(core, now, m);
+        } else {
+            self.learn(core, now, m, learn);
+        }
+    }
+
+    /// [`accept`](Self::accept) of a datagram that teaches something: learn it, deliver, and
+    /// forget it again if the stack dropped the datagram.
+    #[inline(never)]
+    fn learn<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        learn: Option<(u64, u64)>,
+    ) {
+        let saved = self.ident.learn(m.data(), learn);
+        // A reply may leave before this delivery is post-processed: its prediction must
+        // already carry the identification and the cookie acknowledgement.
+        self.refresh_template(core);
+        let drops_before = core.stats().input_drops();
+        self.deliver(core, now, m);
+        if core.stats().input_drops() != drops_before {
+            self.ident.unlearn(saved);
+            self.refresh_template(core);
+        }
+    }
+
+    /// The delivery fast path, or the layered path on a miss.
+    #[inline]
+    fn deliver<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, m: Msg) {
+        if self.shape.bottom_transforms > 0 {
+            self.deliver_transformed(core, now, m);
+        } else {
+            self.deliver_checked(core, now, m, 0);
+        }
+    }
+
+    /// The fast path's checks (filter, enabled, prediction, layers that do not predict) on a
+    /// delivery whose `transformed` bottom layers have run; then to the application, or to
+    /// the layered path on a miss.
+    #[inline(always)]
+    fn deliver_checked<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        mut m: Msg,
+        transformed: usize,
+    ) {
+        let hl = self.header_len;
+        let miss = {
+            let (h, b) = m.data().split_at(hl);
+            let mut ctx =
+                FilterCtx::deliver(h, core.layout().order(), b).written_in(core.rx_wire());
+            match self.filters.deliver(&mut ctx) {
+                0 if core.deliver_disabled() || !self.shape.fast_deliver => Some(Miss::Disabled),
+                0 => (!self.predict.delivery_matches(h)).then_some(Miss::Mismatch),
+                MISS_FRAGMENT => Some(Miss::Fragment),
+                _ => Some(Miss::Filter),
+            }
+        };
+        if let Some(why) = miss {
+            self.deliver_missed(core, now, m, why, transformed);
+            return;
+        }
+        if !self.shape.deliver_unpredicted.is_empty()
+            && !self.deliver_unpredicted(core, now, &mut m)
+        {
+            self.deliver_missed(core, now, m, Miss::Unpredicted, transformed);
+            return;
+        }
+        #[cfg(debug_assertions)]
+        predict::check_deliver(core, now, &m, transformed);
+        let h = &m.data()[..hl];
+        let packed = self.packed.get(h);
+        self.pending.deliver_hdr.set(h);
+        self.pending.deliver = true;
+        self.stats.fast_deliver_datagrams += 1;
+        m.pop_front(hl);
+        if !packed {
+            self.stats.fast_deliver_msgs += 1;
+            core.deliver(m);
+            return;
+        }
+        self.deliver_packed(core, m);
+    }
+
+    /// Run the pre-deliveries of the layers that do not predict; `false` if one refuses.
+    #[inline(never)]
+    fn deliver_unpredicted<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: &mut Msg,
+    ) -> bool {
+        let stop = core.pre_phases(
+            now,
+            self.shape.deliver_unpredicted.iter().copied(),
+            false,
+            m,
+        );
+        core.free_kept();
+        stop.is_none()
+    }
+
+    /// Unpack a fast-path delivery's packed body to the application.
+    #[inline(never)]
+    fn deliver_packed<S: LayerSet>(&mut self, core: &mut Core<S>, body: Msg) {
+        match self.unpacker.ranges(body.data()) {
+            Some(ranges) => {
+                self.stats.fast_deliver_msgs += ranges.len() as u64;
+                for &(at, len) in ranges {
+                    let m = core.pool().alloc_copy(&body.data()[at..at + len]);
+                    core.deliver(m);
+                }
+            }
+            None => self.stats.bad_packing += 1,
+        }
+        core.pool().free(body);
+    }
+
+    /// A delivery that missed the fast path (`why`) above the `transformed` bottom layers
+    /// (which have run): the layered path takes it from there.
+    #[cold]
+    #[inline(never)]
+    fn deliver_missed<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        why: Miss,
+        transformed: usize,
+    ) {
+        let n = core.layers().count();
+        self.stats.miss(false, why);
+        let hdr = HeaderCopy::of(&m, self.header_len);
+        core.run_deliver(now, n - transformed, m, self);
+        self.finish_layered_delivery(core, now, &hdr, n - transformed);
+    }
+
+    /// The delivery path of a stack with body transforms (decryption) at the bottom: they
+    /// run first, as they would on the layered path, since the filter must see the
+    /// plaintext; then the fast path's checks.
+    #[inline(never)]
+    fn deliver_transformed<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, mut m: Msg) {
+        let n = core.layers().count();
+        let k = self.shape.bottom_transforms;
+        let stop = core.pre_phases(now, (n - k..n).rev(), false, &mut m);
+        core.free_kept();
+        let Some((i, v)) = stop else {
+            self.deliver_checked(core, now, m, k);
+            return;
+        };
+        // Refused below: finish on the layered path from there.
+        let hdr = HeaderCopy::of(&m, self.header_len);
+        match v {
+            Verdict::Drop(r) => {
+                core.count_drop(i, r);
+                core.pool().free(m);
+            }
+            _ => core.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),
+        }
+        self.finish_layered_delivery(core, now, &hdr, i + 1);
+    }
+
+    /// A delivery that left the fast path below layer `from`: the post-phases of the layers
+    /// from there to the bottom (whose pre-phases the accelerator ran), then what they
+    /// queued, then fresh predictions.
+    fn finish_layered_delivery<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        hdr: &HeaderCopy,
+        from: usize,
+    ) {
+        for j in from..core.layers().count() {
+            core.post_deliver(now, j, hdr, Handoff::Passed { copy: None });
+        }
+        core.drain(now, self);
+        self.predict.refresh(core);
+    }
+}
+
+/// Rewrite every field of a header from `from` byte order into the layout's (read from a copy
+/// of it, which holds the whole header since layouts are at most `MAX_HEADER` bytes: no
+/// allocation per datagram).
+fn convert_order(h: &mut [u8], layout: &Layout, from: ByteOrder) {
+    let mut src = HeaderCopy::zeroed(0);
+    src.set(h);
+    image_in(
+        &src.bytes[..src.len],
+        from,
+        layout.locs(),
+        h,
+        layout.order(),
+    );
+}

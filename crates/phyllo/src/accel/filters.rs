@@ -1,0 +1,79 @@
+//! The connection's two packet filters (seed 004 §3.3), built from the layers' segments.
+//!
+//! The filter language lives in [`crate::filter`] (layers program it, the accelerator runs
+//! it). Here each layer appends its instructions to the send filter (fill message-specific
+//! fields, refuse what the fast path cannot send) and the delivery filter (check
+//! message-specific fields); both are verified against the compact layout when the connection
+//! is built — a program that fails verification is a build error, never a silent drop — and
+//! compiled.
+
+use crate::filter::{
+    verify, CompiledFilter, DigestId, Direction, FieldTable, FilterCtx, LayerId, Op,
+    ProgramBuilder, VerifyError,
+};
+use crate::layout::Layout;
+use crate::stack::LayerSet;
+
+/// The send and delivery filters of one connection.
+pub(crate) struct Filters {
+    send: CompiledFilter,
+    deliver: CompiledFilter,
+    /// Layers that put instructions in the send filter.
+    send_layers: Vec<usize>,
+}
+
+impl Filters {
+    /// Collect, verify and compile the layers' segments.
+    pub(crate) fn build<S: LayerSet>(layers: &S, layout: &Layout) -> Result<Filters, VerifyError> {
+        let table = FieldTable::new(layout.header_len(), layout.locs().to_vec());
+        let mut send = ProgramBuilder::new();
+        let mut deliver = ProgramBuilder::new();
+        // The covered checksum covers the fields above the layer that asks for it.
+        let mut cover_layer = None;
+        let mut send_layers = Vec::new();
+        for i in 0..layers.count() {
+            let id = i as LayerId;
+            layers.send_filter_at(i, send.segment(id));
+            layers.deliver_filter_at(i, deliver.segment(id));
+            let ops = || {
+                send.segments()
+                    .iter()
+                    .filter(move |s| s.layer() == id)
+                    .flat_map(|s| s.ops().iter())
+            };
+            if ops().next().is_some() {
+                send_layers.push(i);
+            }
+            if ops().any(|o| matches!(o, Op::Digest(d) if *d == DigestId::INET_CHECKSUM_COVERED)) {
+                cover_layer = Some(i);
+            }
+        }
+        let cover = cover_layer.map_or(&[][..], |i| layout.upper_fields(i));
+        Ok(Filters {
+            send: verify(&send.build(), &table, Direction::Send)?
+                .with_cover(cover)
+                .compile(),
+            deliver: verify(&deliver.build(), &table, Direction::Deliver)?
+                .with_cover(cover)
+                .compile(),
+            send_layers,
+        })
+    }
+
+    /// Run the send filter: 0 accepts.
+    #[inline(always)]
+    pub(crate) fn send(&self, ctx: &mut FilterCtx<'_>) -> u64 {
+        self.send.run(ctx)
+    }
+
+    /// Run the delivery filter: 0 accepts.
+    #[inline(always)]
+    pub(crate) fn deliver(&self, ctx: &mut FilterCtx<'_>) -> u64 {
+        self.deliver.run(ctx)
+    }
+
+    /// The lowest layer with send-filter instructions.
+    pub(crate) fn lowest_send_layer(&self) -> Option<usize> {
+        self.send_layers.last().copied()
+    }
+}

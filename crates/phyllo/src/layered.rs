@@ -1,0 +1,542 @@
+//! The layered core of a connection: a stack of canonical layers between an application and a
+//! link, sans-IO (seed 004 §3.1, the layered path).
+//!
+//! For each message the pre-phases of the layers run in order (down when sending, up when
+//! delivering); when the message leaves the stack the post-phases run. Messages that layers
+//! originate in post-phases (acks, retransmissions, fragments, reassembled or reordered
+//! messages) are queued and processed in turn within the same call, so a call processes
+//! everything to completion.
+//!
+//! The core stands on its own: a [`Connection`](crate::Connection) without the accelerator is
+//! this core and nothing more. It knows nothing of the Protocol Accelerator. What stands at its
+//! two ends — where a datagram leaves the bottom of the stack for the link, and where a
+//! message leaves the top for the application — is an [`Edge`]: [`Bare`] for a plain
+//! connection; the accelerator's own for an accelerated one (it frames datagrams with the
+//! preamble and unpacks packed messages). The accelerator drives the core through the
+//! `pub(crate)` methods below and nothing else.
+
+use crate::field::ByteOrder;
+use crate::layer::{
+    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Verdict,
+};
+use crate::layout::{FieldRegistry, Layout};
+use crate::msg::{Msg, Pool};
+use crate::stack::LayerSet;
+use crate::time::{earliest, Time};
+use std::collections::VecDeque;
+
+/// Connection counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Application messages accepted.
+    pub sent_msgs: u64,
+    /// Datagrams handed to the link.
+    pub datagrams_out: u64,
+    /// Bytes handed to the link.
+    pub bytes_out: u64,
+    /// Datagrams received from the link.
+    pub datagrams_in: u64,
+    /// Messages delivered to the application.
+    pub delivered: u64,
+    /// Datagrams dropped because the transmit queue was full.
+    pub tx_queue_drops: u64,
+    /// Input shorter than the header area.
+    pub truncated: u64,
+    /// Per-layer drops, indexed like the stack.
+    pub layers: Vec<(&'static str, LayerCounters)>,
+}
+
+impl Stats {
+    /// Total drops of input, all layers and reasons.
+    pub fn input_drops(&self) -> u64 {
+        self.truncated
+            + self
+                .layers
+                .iter()
+                .flat_map(|(_, c)| c.drops.iter().map(|(_, n)| *n))
+                .sum::<u64>()
+    }
+
+    /// Drops for `reason`, all layers.
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.layers.iter().map(|(_, c)| c.drops(reason)).sum()
+    }
+}
+
+/// What stands at the core's two ends.
+pub(crate) trait Edge {
+    /// A datagram (header area and body) leaves the bottom of the stack for the link: frame
+    /// it.
+    fn frame(&mut self, m: &mut Msg, header_len: usize);
+
+    /// A datagram left the transmit queue without being handed on by value: the link is done
+    /// with it, or the full queue evicted it. It goes back to `pool` unless the edge keeps it.
+    fn release(&mut self, m: Msg, pool: &mut Pool) {
+        pool.free(m)
+    }
+
+    /// A message leaves the top of the stack: `header` is its header area (already popped
+    /// from `body`). Hand what the application gets to `to_app`; returns how many.
+    fn arrive(
+        &mut self,
+        header: &[u8],
+        body: Msg,
+        pool: &mut Pool,
+        to_app: &mut VecDeque<Msg>,
+    ) -> u64 {
+        let _ = (header, pool);
+        to_app.push_back(body);
+        1
+    }
+}
+
+/// The edge of a plain connection: datagrams leave as the layers made them, messages arrive
+/// as the top layer passed them.
+pub(crate) struct Bare;
+
+impl Edge for Bare {
+    #[inline(always)]
+    fn frame(&mut self, _: &mut Msg, _: usize) {}
+}
+
+/// The layered connection over the stack `S`.
+pub(crate) struct Core<S: LayerSet> {
+    layers: S,
+    layout: Layout,
+    pool: Pool,
+    out: VecDeque<Msg>,
+    delivered: VecDeque<Msg>,
+    queue: VecDeque<(Origin, Msg)>,
+    kept: Vec<(usize, Msg)>,
+    timers: Vec<Option<Time>>,
+    stats: Stats,
+    max_queue: usize,
+    /// Seed 004's disable counters: send, deliver (raised by layers, zero = enabled).
+    disable: [u32; 2],
+    /// The header area layer-originated messages start from (zero, unless the edge has
+    /// fields of its own there).
+    template: HeaderCopy,
+    /// The byte order the datagram being delivered was written in (an edge may convert
+    /// headers to the layout's order; the covered checksum needs the sender's).
+    rx_wire: ByteOrder,
+}
+
+impl<S: LayerSet> Core<S> {
+    /// Initialise every layer (seed 004's `add_field` calls go to `reg`), then let `layout`
+    /// turn the registry into the layout in force.
+    pub(crate) fn new<E>(
+        mut layers: S,
+        icx: &InitCx,
+        max_queue: usize,
+        reg: &mut FieldRegistry,
+        layout: impl FnOnce(&mut FieldRegistry, usize) -> Result<Layout, E>,
+    ) -> Result<Core<S>, E> {
+        let n = layers.count();
+        for i in 0..n {
+            reg.set_layer(i);
+            layers.init_at(i, reg, icx);
+        }
+        let layout = layout(reg, n)?;
+        let stats = Stats {
+            layers: (0..n)
+                .map(|i| (layers.name_at(i), LayerCounters::default()))
+                .collect(),
+            ..Stats::default()
+        };
+        Ok(Core {
+            rx_wire: layout.order(),
+            template: HeaderCopy::zeroed(layout.header_len()),
+            layers,
+            layout,
+            pool: Pool::default(),
+            out: VecDeque::with_capacity(64),
+            delivered: VecDeque::with_capacity(64),
+            queue: VecDeque::with_capacity(64),
+            kept: Vec::with_capacity(4),
+            timers: vec![None; n],
+            stats,
+            max_queue,
+            disable: [0; 2],
+        })
+    }
+
+    /// The layout in force.
+    #[inline(always)]
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The layers.
+    #[inline(always)]
+    pub(crate) fn layers(&self) -> &S {
+        &self.layers
+    }
+
+    /// Counters.
+    #[inline(always)]
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Counters, to count in.
+    #[inline(always)]
+    pub(crate) fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+
+    /// The buffer pool.
+    #[inline(always)]
+    pub(crate) fn pool(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+
+    /// The buffer pool, to look at.
+    pub(crate) fn pool_ref(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Whether a layer disabled the predicted send header (seed 004 §3.2).
+    #[inline(always)]
+    pub(crate) fn send_disabled(&self) -> bool {
+        self.disable[0] > 0
+    }
+
+    /// Whether a layer disabled the predicted delivery header.
+    #[inline(always)]
+    pub(crate) fn deliver_disabled(&self) -> bool {
+        self.disable[1] > 0
+    }
+
+    /// Set the header area layer-originated messages start from.
+    pub(crate) fn set_template(&mut self, header: &[u8]) {
+        self.template.set(header);
+    }
+
+    /// The header area layer-originated messages start from.
+    #[inline(always)]
+    pub(crate) fn template(&self) -> &[u8] {
+        &self.template.bytes[..self.template.len]
+    }
+
+    /// Say which byte order the next delivery's header was written in.
+    #[inline(always)]
+    pub(crate) fn set_rx_wire(&mut self, order: ByteOrder) {
+        self.rx_wire = order;
+    }
+
+    /// The byte order the delivery being processed was written in.
+    #[inline(always)]
+    pub(crate) fn rx_wire(&self) -> ByteOrder {
+        self.rx_wire
+    }
+
+    /// Whether one more application message can enter the layers.
+    pub(crate) fn can_accept(&self) -> bool {
+        self.layers.can_accept()
+    }
+
+    /// Whether a layer has work outstanding or a datagram waits for the link.
+    pub(crate) fn busy(&self) -> bool {
+        !self.out.is_empty() || self.layers.busy()
+    }
+
+    /// The earliest layer timer.
+    #[inline]
+    pub(crate) fn next_timer(&self) -> Option<Time> {
+        self.timers.iter().copied().fold(None, earliest)
+    }
+
+    /// Send an application message (no header area yet) down the whole stack.
+    #[inline(never)]
+    pub(crate) fn send(&mut self, now: Time, mut m: Msg, edge: &mut impl Edge) {
+        m.push_front(self.layout.header_len());
+        self.run_send(now, 0, m, edge);
+        self.drain(now, edge);
+    }
+
+    /// Deliver a datagram (header area and body) up the whole stack.
+    #[inline(never)]
+    pub(crate) fn receive(&mut self, now: Time, m: Msg, edge: &mut impl Edge) {
+        let n = self.layers.count();
+        self.run_deliver(now, n, m, edge);
+        self.drain(now, edge);
+    }
+
+    /// Run the layer timers that are due.
+    pub(crate) fn run_timers(&mut self, now: Time, edge: &mut impl Edge) {
+        for i in 0..self.timers.len() {
+            if self.timers[i].is_some_and(|t| t <= now) {
+                self.timers[i] = None;
+                self.with_cx(now, i, |layers, cx| layers.on_timer_at(i, cx));
+            }
+        }
+        self.drain(now, edge);
+    }
+
+    /// Process what layers originated, each message to completion.
+    pub(crate) fn drain(&mut self, now: Time, edge: &mut impl Edge) {
+        // A misbehaving layer that originates without end is cut off rather than hanging the
+        // caller.
+        let mut budget = 1_000_000u32;
+        while let Some((origin, m)) = self.queue.pop_front() {
+            budget -= 1;
+            if budget == 0 {
+                self.queue.clear();
+                break;
+            }
+            let older = self.queue.len();
+            match origin {
+                Origin::Down(from) => self.run_send(now, from, m, edge),
+                Origin::Up(from) => self.run_deliver(now, from, m, edge),
+            }
+            // Depth first: what this message's processing originated (e.g. the message a
+            // reassembly completed) goes before older siblings (the next in-order messages),
+            // so FIFO order survives layers that hold messages back.
+            let new = self.queue.len() - older;
+            self.queue.rotate_right(new);
+        }
+    }
+
+    /// Pre-send from layer `from` down; on reaching the bottom, post-send and transmit.
+    pub(crate) fn run_send(&mut self, now: Time, from: usize, mut m: Msg, edge: &mut impl Edge) {
+        let n = self.layers.count();
+        let stop = self.pre_phases(now, from..n, true, &mut m);
+        if let Some((i, Verdict::Drop(r))) = stop {
+            self.stats.layers[i].1.count(r);
+            self.pool.free(m);
+            self.free_kept();
+            return;
+        }
+        let hdr = HeaderCopy::of(&m, self.layout.header_len());
+        let last = stop.map_or(n, |(i, _)| i);
+        for i in from..last {
+            let copy = self.take_kept(i);
+            self.post_send(now, i, &hdr, Handoff::Passed { copy });
+        }
+        match stop {
+            Some((i, _)) => self.post_send(now, i, &hdr, Handoff::Absorbed(m)),
+            None => {
+                edge.frame(&mut m, self.layout.header_len());
+                self.queue_out(m, edge);
+            }
+        }
+    }
+
+    fn take_kept(&mut self, layer: usize) -> Option<Msg> {
+        let pos = self.kept.iter().position(|(l, _)| *l == layer)?;
+        Some(self.kept.swap_remove(pos).1)
+    }
+
+    /// Give back the copies pre-phases kept (the message did not get to their post-phases).
+    pub(crate) fn free_kept(&mut self) {
+        for (_, k) in self.kept.drain(..) {
+            self.pool.free(k);
+        }
+    }
+
+    /// Take the copy layer `layer`'s pre-send kept, if any.
+    pub(crate) fn kept_copy(&mut self, layer: usize) -> Option<Msg> {
+        self.take_kept(layer)
+    }
+
+    /// Run the pre-phases of `layers` in that order on `m` — `pre_send` if `send`, else
+    /// `pre_deliver` — until one does not continue: that layer and its verdict.
+    pub(crate) fn pre_phases(
+        &mut self,
+        now: Time,
+        layers: impl Iterator<Item = usize>,
+        send: bool,
+        m: &mut Msg,
+    ) -> Option<(usize, Verdict)> {
+        let mut pkt = Packet {
+            msg: m,
+            layout: &self.layout,
+            order: self.layout.order(),
+            wire: if send {
+                self.layout.order()
+            } else {
+                self.rx_wire
+            },
+            now,
+            layer: 0,
+            pool: &mut self.pool,
+            kept: &mut self.kept,
+        };
+        for i in layers {
+            pkt.layer = i;
+            let v = if send {
+                self.layers.pre_send_at(i, &mut pkt)
+            } else {
+                self.layers.pre_deliver_at(i, &mut pkt)
+            };
+            if v != Verdict::Continue {
+                return Some((i, v));
+            }
+        }
+        None
+    }
+
+    /// Call into layer `i` with a context for its post-phase or timer.
+    fn with_cx(&mut self, now: Time, i: usize, f: impl FnOnce(&mut S, &mut Cx<'_>)) {
+        let mut cx = Cx {
+            now,
+            layer: i,
+            layout: &self.layout,
+            pool: &mut self.pool,
+            queue: &mut self.queue,
+            timer: &mut self.timers[i],
+            counters: &mut self.stats.layers[i].1,
+            disable: &mut self.disable,
+            template: &self.template.bytes,
+        };
+        f(&mut self.layers, &mut cx);
+    }
+
+    /// Post-send of layer `i` for a message whose header area was `hdr`.
+    pub(crate) fn post_send(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+        self.with_cx(now, i, |layers, cx| {
+            let layout = cx.layout;
+            layers.post_send_at(i, &hdr.view(layout, layout.order()), h, cx)
+        });
+    }
+
+    /// Post-delivery of layer `i` for a message whose header area was `hdr`.
+    pub(crate) fn post_deliver(&mut self, now: Time, i: usize, hdr: &HeaderCopy, h: Handoff) {
+        self.with_cx(now, i, |layers, cx| {
+            let layout = cx.layout;
+            layers.post_deliver_at(i, &hdr.view(layout, layout.order()), h, cx)
+        });
+    }
+
+    /// Count a drop of layer `i`'s.
+    pub(crate) fn count_drop(&mut self, i: usize, r: DropReason) {
+        self.stats.layers[i].1.count(r);
+    }
+
+    /// Queue a finished datagram for the link (the oldest goes to the edge if the queue is
+    /// full).
+    #[inline]
+    pub(crate) fn queue_out(&mut self, m: Msg, edge: &mut impl Edge) {
+        self.stats.datagrams_out += 1;
+        self.stats.bytes_out += m.len() as u64;
+        if self.out.len() >= self.max_queue {
+            self.stats.tx_queue_drops += 1;
+            if let Some(old) = self.out.pop_front() {
+                edge.release(old, &mut self.pool);
+            }
+        }
+        self.out.push_back(m);
+    }
+
+    /// The next datagram for the link, by value.
+    #[inline]
+    pub(crate) fn pop_out(&mut self) -> Option<Msg> {
+        self.out.pop_front()
+    }
+
+    /// The datagrams waiting for the link, oldest first.
+    pub(crate) fn out(&self) -> &VecDeque<Msg> {
+        &self.out
+    }
+
+    /// The datagrams waiting for the link, to settle one in place.
+    pub(crate) fn out_mut(&mut self) -> &mut VecDeque<Msg> {
+        &mut self.out
+    }
+
+    /// Lend the link up to `max` queued datagrams (see
+    /// [`Connection::transmit_with`](crate::Connection::transmit_with)); the taken ones go to
+    /// the edge.
+    pub(crate) fn transmit_with<E>(
+        &mut self,
+        max: usize,
+        send: impl FnOnce(&[Msg]) -> Result<usize, E>,
+        edge: &mut impl Edge,
+    ) -> Result<usize, E> {
+        // Contiguous, so a wrapped ring does not split a batch in two calls (the datagrams
+        // are moved within the ring at most once per wrap).
+        let queued = &*self.out.make_contiguous();
+        let n = queued.len().min(max);
+        let taken = send(&queued[..n])?.min(n);
+        for _ in 0..taken {
+            if let Some(m) = self.out.pop_front() {
+                edge.release(m, &mut self.pool);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Hand a message to the application.
+    #[inline(always)]
+    pub(crate) fn deliver(&mut self, m: Msg) {
+        self.stats.delivered += 1;
+        self.delivered.push_back(m);
+    }
+
+    /// Hand a message that leaves the top of the stack (header area still on) to the
+    /// application through the edge.
+    pub(crate) fn arrive(&mut self, mut m: Msg, edge: &mut impl Edge) {
+        let hl = self.layout.header_len();
+        let hdr = HeaderCopy::of(&m, hl);
+        m.pop_front(hl);
+        let n = edge.arrive(
+            &hdr.bytes[..hdr.len],
+            m,
+            &mut self.pool,
+            &mut self.delivered,
+        );
+        self.stats.delivered += n;
+    }
+
+    /// The next message for the application.
+    #[inline]
+    pub(crate) fn poll_delivery(&mut self) -> Option<Msg> {
+        self.delivered.pop_front()
+    }
+
+    /// Messages waiting for the application.
+    pub(crate) fn delivered_ready(&self) -> usize {
+        self.delivered.len()
+    }
+
+    /// Pre-deliver from layer `below - 1` up; on reaching the top, post-deliver and hand the
+    /// body to the application.
+    pub(crate) fn run_deliver(
+        &mut self,
+        now: Time,
+        below: usize,
+        mut m: Msg,
+        edge: &mut impl Edge,
+    ) {
+        let hl = self.layout.header_len();
+        if m.len() < hl {
+            self.stats.truncated += 1;
+            self.pool.free(m);
+            return;
+        }
+        let stop = self.pre_phases(now, (0..below).rev(), false, &mut m);
+        self.free_kept();
+        let hdr = HeaderCopy::of(&m, hl);
+        // Post-delivery runs top down: first the message reaches the application (or the
+        // layer that absorbed it), then the layers below that passed it update their state.
+        // That order keeps FIFO: whatever the upper layer releases (a reassembled message)
+        // is queued before what a lower layer releases next (the following in-order messages).
+        let first_passed = stop.map_or(0, |(i, _)| i + 1);
+        match stop {
+            None => self.arrive(m, edge),
+            Some((i, Verdict::Absorb)) => {
+                self.post_deliver(now, i, &hdr, Handoff::Absorbed(m));
+            }
+            Some((i, Verdict::Drop(r))) => {
+                self.stats.layers[i].1.count(r);
+                self.pool.free(m);
+            }
+            Some((_, Verdict::Continue)) => self.pool.free(m), // never: Continue does not stop
+        }
+        // Layers that passed the message post-process it whatever happened above them: from
+        // their point of view it was delivered.
+        for i in first_passed..below {
+            self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+        }
+    }
+}
