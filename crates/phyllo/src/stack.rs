@@ -8,7 +8,9 @@
 //!   path-inlining, done by the compiler.
 //!
 //! Both implement [`LayerSet`], over which the connection's processing loop is written once;
-//! `tests/differential.rs` checks they put byte-identical datagrams on the wire.
+//! `tests/differential.rs` checks they put byte-identical datagrams on the wire. A
+//! [`Registry`] turns spec strings into dynamic stacks, with layers of the application's own
+//! beside the built-in ones.
 
 use crate::filter::Segment;
 use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
@@ -289,15 +291,15 @@ pub enum SpecError {
     /// The spec names no layer.
     #[error("empty stack spec")]
     Empty,
-    /// A token is not a known layer.
-    #[error(
-        "unknown layer `{token}` (position {position}); known: frag(N), window(N), checksum, seal"
-    )]
+    /// A token is not a layer the registry knows.
+    #[error("unknown layer `{token}` (position {position}); known: {known}")]
     UnknownLayer {
         /// The token.
         token: String,
         /// 1-based position in the spec.
         position: usize,
+        /// The layers the registry knows, as a spec would name them.
+        known: String,
     },
     /// A layer's arguments are wrong.
     #[error("layer `{token}` (position {position}): {reason}")]
@@ -311,120 +313,209 @@ pub enum SpecError {
     },
 }
 
-/// One parsed layer of a spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LayerSpec {
-    /// `frag(N)`: fragments carry at most N body bytes.
-    Frag(usize),
-    /// `window(N)`: sliding window of N messages.
-    Window(usize),
-    /// `checksum`: Internet checksum over header and body.
-    Checksum,
-    /// `seal`: ChaCha20-Poly1305 AEAD with a replay window.
-    Seal,
+/// Makes a layer from the arguments of its spec token (the text between the parentheses,
+/// trimmed; `None` without parentheses), or says what is wrong with them.
+pub type LayerMaker = Box<dyn Fn(Option<&str>) -> Result<Box<dyn Layer>, String> + Send + Sync>;
+
+/// The layers a spec string may name: the built-in ones, and any registered by the
+/// application.
+///
+/// ```
+/// use phyllo::stack::Registry;
+/// use phyllo::layers::Window;
+///
+/// let mut reg = Registry::new();
+/// // A layer of your own (here a built-in one under another name, to keep the example short).
+/// reg.register("reliable", "reliable", |args| match args {
+///     None => Ok(Box::new(Window::new(8))),
+///     Some(a) => Err(format!("takes no arguments, got `{a}`")),
+/// });
+/// let stack = reg.build("reliable:checksum")?;
+/// assert_eq!(stack.len(), 2);
+/// assert!(reg.build("nosuch").err().unwrap().to_string().contains("reliable"));
+/// # Ok::<(), phyllo::SpecError>(())
+/// ```
+///
+/// A layer that is to be fast under the accelerator implements
+/// [`Layer::predicts`] (with its predictions and filters); one that does not still works,
+/// its pre-phases run on the fast path.
+pub struct Registry {
+    makers: Vec<(String, String, LayerMaker)>,
 }
 
-impl LayerSpec {
-    /// A fresh layer of this kind.
-    pub fn build(&self) -> Box<dyn Layer> {
-        match *self {
-            LayerSpec::Frag(n) => Box::new(Frag::new(n)),
-            LayerSpec::Window(n) => Box::new(Window::new(n)),
-            LayerSpec::Checksum => Box::new(Checksum::new()),
-            LayerSpec::Seal => Box::new(Seal::new()),
-        }
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
     }
 }
 
-/// Parse a spec such as `"frag(1400):window(16):checksum:seal"` (top layer first).
-pub fn parse_spec(spec: &str) -> Result<Vec<LayerSpec>, SpecError> {
-    let spec = spec.trim();
-    if spec.is_empty() {
-        return Err(SpecError::Empty);
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.makers.iter().map(|(n, _, _)| n))
+            .finish()
     }
-    spec.split(':')
-        .enumerate()
-        .map(|(i, tok)| parse_token(tok.trim(), i + 1))
-        .collect()
 }
 
-fn parse_token(tok: &str, position: usize) -> Result<LayerSpec, SpecError> {
-    let bad = |reason: String| SpecError::BadArgs {
-        token: tok.to_string(),
-        position,
-        reason,
-    };
-    let (name, args) = match tok.find('(') {
-        Some(open) => {
-            let Some(inner) = tok[open + 1..].strip_suffix(')') else {
-                return Err(bad("missing `)`".into()));
-            };
-            (&tok[..open], Some(inner.trim()))
-        }
-        None => (tok, None),
-    };
-    let num = |default: usize, lo: usize, hi: usize| -> Result<usize, SpecError> {
-        match args {
-            None | Some("") => Ok(default),
-            Some(a) => match a.parse::<usize>() {
-                Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-                Ok(n) => Err(bad(format!("{n} is outside {lo}..={hi}"))),
-                Err(_) => Err(bad(format!("`{a}` is not a whole number"))),
-            },
-        }
-    };
-    let none = || match args {
+/// A whole-number argument in `lo..=hi`, `default` when absent.
+fn number(args: Option<&str>, default: usize, lo: usize, hi: usize) -> Result<usize, String> {
+    match args {
+        None | Some("") => Ok(default),
+        Some(a) => match a.parse::<usize>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+            Ok(n) => Err(format!("{n} is outside {lo}..={hi}")),
+            Err(_) => Err(format!("`{a}` is not a whole number")),
+        },
+    }
+}
+
+/// No argument.
+fn nothing(args: Option<&str>) -> Result<(), String> {
+    match args {
         None | Some("") => Ok(()),
-        Some(a) => Err(bad(format!("takes no arguments, got `{a}`"))),
-    };
-    match name {
-        "frag" => Ok(LayerSpec::Frag(num(1400, 64, 65_000)?)),
-        "window" => Ok(LayerSpec::Window(num(16, 1, 1024)?)),
-        "checksum" => none().map(|_| LayerSpec::Checksum),
-        "seal" => none().map(|_| LayerSpec::Seal),
-        _ => Err(SpecError::UnknownLayer {
+        Some(a) => Err(format!("takes no arguments, got `{a}`")),
+    }
+}
+
+impl Registry {
+    /// The built-in layers: `frag(N)`, `window(N)`, `checksum`, `seal`.
+    pub fn new() -> Registry {
+        let mut r = Registry { makers: Vec::new() };
+        r.register("frag", "frag(N)", |a| {
+            number(a, 1400, 64, 65_000).map(|n| Box::new(Frag::new(n)) as Box<dyn Layer>)
+        });
+        r.register("window", "window(N)", |a| {
+            number(a, 16, 1, 1024).map(|n| Box::new(Window::new(n)) as Box<dyn Layer>)
+        });
+        r.register("checksum", "checksum", |a| {
+            nothing(a).map(|_| Box::new(Checksum::new()) as Box<dyn Layer>)
+        });
+        r.register("seal", "seal", |a| {
+            nothing(a).map(|_| Box::new(Seal::new()) as Box<dyn Layer>)
+        });
+        r
+    }
+
+    /// Let specs name `name`, made by `make` from the token's arguments; `usage` shows how
+    /// (e.g. `"counter(N)"`) in errors. Replaces an earlier layer of that name.
+    pub fn register(
+        &mut self,
+        name: &str,
+        usage: &str,
+        make: impl Fn(Option<&str>) -> Result<Box<dyn Layer>, String> + Send + Sync + 'static,
+    ) -> &mut Registry {
+        self.makers.retain(|(n, _, _)| n != name);
+        self.makers
+            .push((name.to_string(), usage.to_string(), Box::new(make)));
+        self
+    }
+
+    /// The names a spec may use.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.makers.iter().map(|(n, _, _)| n.as_str())
+    }
+
+    /// Build the stack a spec such as `"frag(1400):window(16):checksum:seal"` describes (top
+    /// layer first).
+    pub fn build(&self, spec: &str) -> Result<DynStack, SpecError> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(SpecError::Empty);
+        }
+        spec.split(':')
+            .enumerate()
+            .map(|(i, tok)| self.build_token(tok.trim(), i + 1))
+            .collect()
+    }
+
+    fn build_token(&self, tok: &str, position: usize) -> Result<Box<dyn Layer>, SpecError> {
+        let bad = |reason: String| SpecError::BadArgs {
             token: tok.to_string(),
             position,
-        }),
+            reason,
+        };
+        let (name, args) = match tok.find('(') {
+            Some(open) => {
+                let Some(inner) = tok[open + 1..].strip_suffix(')') else {
+                    return Err(bad("missing `)`".into()));
+                };
+                (tok[..open].trim(), Some(inner.trim()))
+            }
+            None => (tok, None),
+        };
+        let Some((_, _, make)) = self.makers.iter().find(|(n, _, _)| n == name) else {
+            return Err(SpecError::UnknownLayer {
+                token: tok.to_string(),
+                position,
+                known: self
+                    .makers
+                    .iter()
+                    .map(|(_, u, _)| u.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        make(args).map_err(bad)
     }
 }
 
-/// Build a dynamic stack from a spec string.
+/// Build a dynamic stack of built-in layers from a spec string (see [`Registry::build`]).
 pub fn build_dyn(spec: &str) -> Result<DynStack, SpecError> {
-    Ok(parse_spec(spec)?.iter().map(LayerSpec::build).collect())
+    Registry::new().build(spec)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn err(spec: &str) -> SpecError {
+        build_dyn(spec).err().expect("an error")
+    }
+
+    fn names(spec: &str) -> Vec<&'static str> {
+        build_dyn(spec).unwrap().iter().map(|l| l.name()).collect()
+    }
+
     #[test]
-    fn parses_the_four_layer_spec() {
+    fn builds_the_four_layer_spec() {
         assert_eq!(
-            parse_spec("frag(1400):window(16):checksum:seal").unwrap(),
-            vec![
-                LayerSpec::Frag(1400),
-                LayerSpec::Window(16),
-                LayerSpec::Checksum,
-                LayerSpec::Seal
-            ]
+            names("frag(1400):window(16):checksum:seal"),
+            ["frag", "window", "checksum", "seal"]
         );
-        assert_eq!(parse_spec("window").unwrap(), vec![LayerSpec::Window(16)]);
+        assert_eq!(names(" window "), ["window"]);
     }
 
     #[test]
     fn errors_name_the_bad_token() {
-        let e = parse_spec("window(16):chekcsum").unwrap_err();
+        let e = err("window(16):chekcsum");
         assert!(e.to_string().contains("`chekcsum`"), "{e}");
         assert!(e.to_string().contains("position 2"), "{e}");
-        let e = parse_spec("window(0)").unwrap_err();
+        assert!(e.to_string().contains("window(N)"), "{e}");
+        let e = err("window(0)");
         assert!(e.to_string().contains("outside"), "{e}");
-        let e = parse_spec("frag(12x)").unwrap_err();
+        let e = err("frag(12x)");
         assert!(e.to_string().contains("`12x`"), "{e}");
-        let e = parse_spec("seal(3)").unwrap_err();
+        let e = err("seal(3)");
         assert!(e.to_string().contains("no arguments"), "{e}");
-        assert!(parse_spec("window(16").is_err());
-        assert_eq!(parse_spec("  "), Err(SpecError::Empty));
-        assert!(parse_spec("window::checksum").is_err());
+        assert!(build_dyn("window(16").is_err());
+        assert_eq!(err("  "), SpecError::Empty);
+        assert!(build_dyn("window::checksum").is_err());
+    }
+
+    #[test]
+    fn registered_layers_can_be_named() {
+        let mut reg = Registry::new();
+        reg.register("frag2", "frag2(N)", |a| {
+            number(a, 100, 64, 1000).map(|n| Box::new(Frag::new(n)) as Box<dyn Layer>)
+        });
+        assert_eq!(reg.build("frag2(200):window").unwrap().len(), 2);
+        let e = reg.build("frag2(5)").err().expect("an error");
+        assert!(
+            e.to_string().contains("frag2(5)") && e.to_string().contains("outside"),
+            "{e}"
+        );
+        assert!(reg.names().any(|n| n == "frag2"));
+        let e = Registry::new().build("frag2").err().expect("an error");
+        assert!(matches!(e, SpecError::UnknownLayer { .. }), "{e}");
     }
 }
