@@ -58,22 +58,25 @@ impl StreamRun {
     }
 }
 
-/// A connection configuration for `role`, accelerated or not.
+/// A connection configuration for `role`, accelerated or not. Measurements measure the
+/// protocol: the fast path's check against the layered path (on in debug builds) is off.
 pub fn config(role: Role, accel: bool) -> Config {
-    if accel {
+    let mut c = if accel {
         Config::accelerated(role)
     } else {
         Config::new(role)
-    }
+    };
+    c.verify_fast_path = false;
+    c
 }
 
 /// A pair over a perfect in-memory link.
 pub fn mem_pair(spec: &str, accel: bool) -> Result<Pair> {
-    Ok(if accel {
-        Pair::accelerated(spec, MemLink::perfect())?
-    } else {
-        Pair::from_spec(spec)?
-    })
+    Ok(Pair::new(
+        Connection::from_spec(spec, config(Role::Initiator, accel))?,
+        Connection::from_spec(spec, config(Role::Responder, accel))?,
+        MemLink::perfect(),
+    ))
 }
 
 fn payload(size: usize) -> Vec<u8> {

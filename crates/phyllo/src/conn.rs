@@ -53,6 +53,12 @@ pub struct Config {
     pub order: ByteOrder,
     /// The accelerator's cookie for this end (random when `None`; tests force collisions).
     pub cookie: Option<u64>,
+    /// Check every send and delivery the accelerator's fast path makes against the layered
+    /// path on the same input and state (the header a layer's pre-send would build; that
+    /// every layer's pre-delivery would accept), and panic naming the layer that
+    /// mispredicts. On by default in debug builds (so in every test), off in release builds,
+    /// where it costs a layered pass per message; measurement tools turn it off.
+    pub verify_fast_path: bool,
 }
 
 impl Config {
@@ -68,6 +74,7 @@ impl Config {
             mtu: 1400,
             order: ByteOrder::NATIVE,
             cookie: None,
+            verify_fast_path: cfg!(debug_assertions),
         }
     }
 
@@ -164,6 +171,7 @@ impl<S: LayerSet> Connection<S> {
                 mtu: cfg.mtu,
                 initiator: cfg.role == Role::Initiator,
                 cookie: cfg.cookie,
+                verify: cfg.verify_fast_path,
             };
             let pa = Accelerator::build(&mut c.core, reg.specs(), f, &acfg)?;
             c.pa = Some(Box::new(pa));

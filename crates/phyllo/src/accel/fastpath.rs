@@ -138,20 +138,32 @@ impl Accelerator {
         packed: bool,
         msgs: u64,
     ) {
-        #[cfg(not(debug_assertions))]
-        self.send_body(core, now, m, packed, msgs, &[]);
-        #[cfg(debug_assertions)]
-        {
-            // The body as the application gave it, for the check against the layered path
-            // (a pooled buffer: the steady state allocates nothing, in debug builds too).
-            let body = core.pool().alloc_copy(m.data());
-            self.send_body(core, now, m, packed, msgs, body.data());
-            core.pool().free(body);
+        if self.verify {
+            self.send_one_verified(core, now, m, packed, msgs);
+            return;
         }
+        self.send_body(core, now, m, packed, msgs, None);
     }
 
-    /// [`send_one`](Self::send_one); `body` is the message before any header (debug builds
-    /// only: empty otherwise).
+    /// [`send_one`](Self::send_one), checking what the fast path sends against the layered
+    /// path (see [`AccelConfig::verify`](super::AccelConfig)).
+    #[cold]
+    #[inline(never)]
+    fn send_one_verified<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        packed: bool,
+        msgs: u64,
+    ) {
+        let body = core.pool().alloc_copy(m.data());
+        self.send_body(core, now, m, packed, msgs, Some(&body));
+        core.pool().free(body);
+    }
+
+    /// [`send_one`](Self::send_one); `verify`: the body as the application gave it, to check
+    /// the sent header against the layered path with.
     #[inline(always)]
     fn send_body<S: LayerSet>(
         &mut self,
@@ -160,7 +172,7 @@ impl Accelerator {
         mut m: Msg,
         packed: bool,
         msgs: u64,
-        body: &[u8],
+        verify: Option<&Msg>,
     ) {
         let hl = self.header_len;
         m.prepend(self.predict.send_header(hl));
@@ -185,11 +197,12 @@ impl Accelerator {
         self.stats.fast_send_msgs += msgs;
         match self.shape.reclaim_layer {
             Some(layer) => {
-                #[cfg(debug_assertions)]
-                predict::check_send(&self.predict, core, now, &m, body);
+                if let Some(body) = verify {
+                    predict::check_send(&self.predict, core, now, &m, body.data());
+                }
                 self.send_passed(core, m, Some(layer));
             }
-            None => self.send_passed_general(core, now, m, body),
+            None => self.send_passed_general(core, now, m, verify),
         }
     }
 
@@ -251,15 +264,14 @@ impl Accelerator {
 
     /// A fast-path send whose retransmission copies are taken now (several layers want one,
     /// or layers that do not predict kept theirs) or whose body a layer transforms (sealing)
-    /// before it goes out. `body`: the message as the application gave it (debug builds
-    /// check the sent header against the layered path with it).
+    /// before it goes out. `verify`: as for [`send_body`](Self::send_body).
     #[inline(never)]
     fn send_passed_general<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
         now: Time,
         mut m: Msg,
-        body: &[u8],
+        verify: Option<&Msg>,
     ) {
         for &i in &self.shape.copy {
             let copy = core.pool().alloc_copy(m.data());
@@ -273,9 +285,9 @@ impl Accelerator {
         if !self.shape.transform.is_empty() && !self.transform_send(core, now, &mut m) {
             return;
         }
-        #[cfg(debug_assertions)]
-        predict::check_send(&self.predict, core, now, &m, body);
-        let _ = body;
+        if let Some(body) = verify {
+            predict::check_send(&self.predict, core, now, &m, body.data());
+        }
         self.send_passed(core, m, None);
     }
 
@@ -496,8 +508,9 @@ impl Accelerator {
             self.deliver_missed(core, now, m, Miss::Unpredicted, transformed);
             return;
         }
-        #[cfg(debug_assertions)]
-        predict::check_deliver(core, now, &m, transformed);
+        if self.verify {
+            predict::check_deliver(core, now, &m, transformed);
+        }
         let h = &m.data()[..hl];
         let packed = self.packed.get(h);
         self.pending.deliver_hdr.set(h);

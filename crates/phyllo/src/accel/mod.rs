@@ -58,6 +58,9 @@ pub(crate) struct AccelConfig {
     pub(crate) initiator: bool,
     /// This end's cookie (random when `None`).
     pub(crate) cookie: Option<u64>,
+    /// Check every fast-path send and delivery against the layered path, panicking with the
+    /// name of a layer that mispredicts ([`crate::Config::verify_fast_path`]).
+    pub(crate) verify: bool,
 }
 
 /// The accelerator of one connection (seed 004 Table 3, both directions).
@@ -74,6 +77,8 @@ pub(crate) struct Accelerator {
     header_len: usize,
     /// The time of the latest operation: deferred work is due from then.
     last: Time,
+    /// See [`AccelConfig::verify`].
+    verify: bool,
     stats: AccelStats,
 }
 
@@ -106,6 +111,7 @@ impl Accelerator {
             packed_loc,
             header_len: hl,
             last: Time::ZERO,
+            verify: cfg.verify,
             stats: AccelStats::default(),
         };
         pa.refresh_template(core);

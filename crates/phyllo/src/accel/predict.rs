@@ -9,9 +9,10 @@
 //! ([`Layer::predicts`](crate::Layer::predicts) is false) has its fields masked out of the
 //! comparison, and the fast path runs its pre-phases instead.
 //!
-//! In debug builds every fast-path send and delivery is checked against the layered
-//! computation on the same input ([`check_send`], [`check_deliver`]): a layer whose
-//! prediction is wrong is named in the panic.
+//! With verification on (the default in debug builds, so in every test) every fast-path send
+//! and delivery is checked against the layered computation on the same input and the same
+//! state ([`check_send`], [`check_deliver`]): a layer whose prediction is wrong is named in
+//! the panic.
 
 use crate::field::FieldSpec;
 use crate::field::{le_word, read_bits, write_bits, FieldClass};
@@ -141,10 +142,12 @@ pub(crate) fn masked_eq(a: &[u8], b: &[u8; MAX_HEADER], mask: &[u8; MAX_HEADER])
     }
 }
 
-/// Debug check of a fast-path send: the layered pre-phases, run on a copy of the same body
+/// Check of a fast-path send: the layered pre-phases, run on a copy of the same body
 /// (`sent`: the fast path's message, header area and body as they leave, before the
 /// preamble; `body`: the body before any transform), must build the same header area.
 /// Panics naming the first layer whose field differs.
+#[cold]
+#[inline(never)]
 pub(crate) fn check_send<S: LayerSet>(
     p: &Predictions,
     core: &mut Core<S>,
@@ -186,9 +189,11 @@ pub(crate) fn check_send<S: LayerSet>(
     core.pool().free(m);
 }
 
-/// Debug check of a fast-path delivery: every layer above the `transformed` bottom ones must
+/// Check of a fast-path delivery: every layer above the `transformed` bottom ones must
 /// accept the datagram (header area and body as the fast path saw them) on the layered path.
 /// Panics naming the layer that refuses.
+#[cold]
+#[inline(never)]
 pub(crate) fn check_deliver<S: LayerSet>(
     core: &mut Core<S>,
     now: Time,
