@@ -298,8 +298,8 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should next be called: the earliest
-    /// layer timer, or — when the accelerator has deferred work — the time of the operation
-    /// that deferred it (already due: call at once).
+    /// layer timer, or — when the accelerator has deferred work — shortly after the operation
+    /// that deferred it ([`DEFERRED_GRACE`](crate::accel::DEFERRED_GRACE)).
     pub fn poll_timeout(&self) -> Option<Time> {
         let deferred = self.pa.as_ref().and_then(|pa| pa.deadline(&self.core));
         earliest(self.core.next_timer(), deferred)
