@@ -2,6 +2,7 @@
 
 use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
 use anyhow::Result;
+use phyllo::accel::Miss;
 use phyllo::link::rawudp::Summary;
 use phyllo::Stats;
 use std::time::Duration;
@@ -186,10 +187,24 @@ pub fn print_accel(who: &str, a: &phyllo::accel::AccelStats) {
         a.fast_deliver_msgs,
         a.slow_deliver_msgs
     );
+    let misses = |send: bool| {
+        Miss::ALL
+            .iter()
+            .map(|&m| {
+                let n = if send {
+                    a.send_misses(m)
+                } else {
+                    a.deliver_misses(m)
+                };
+                format!("{m:?} {n}").to_lowercase()
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!(
-        "  send misses: disabled {}, filter {}, fragment {}; delivery misses: disabled {}, filter {}, fragment {}, mismatch {}",
-        a.send_miss[0], a.send_miss[1], a.send_miss[2],
-        a.deliver_miss[0], a.deliver_miss[1], a.deliver_miss[2], a.deliver_miss[3]
+        "  send misses: {}; delivery misses: {}",
+        misses(true),
+        misses(false)
     );
     println!(
         "  header bytes sent {}, datagrams with conn-id {}, unknown cookie {}, packed datagrams {} carrying {} msgs (max {})",
