@@ -442,6 +442,40 @@ impl Cover {
         masked_sum(hdr, self.mask(order))
     }
 
+    /// The cover's image of `hdr` as its sender wrote it in `wire` order (`hdr` is now in
+    /// `order`) into `out` (at least the cover's header length): every covered bit as
+    /// written, every other bit zero. What an authenticator covers: both ends get the same
+    /// bytes whatever their byte orders. Returns the image's length.
+    #[inline]
+    pub fn image(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder, out: &mut [u8]) -> usize {
+        let n = self.header_len;
+        if order != wire || hdr.len() != n || out.len() < n {
+            return self.image_slow(hdr, order, wire, out);
+        }
+        let mask = self.mask(order);
+        let whole = n / 8;
+        for k in 0..whole {
+            let w = le_word(&hdr[8 * k..]) & mask[k];
+            out[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        if n % 8 != 0 {
+            let m = mask[whole].to_le_bytes();
+            for j in 8 * whole..n {
+                out[j] = hdr[j] & m[j - 8 * whole];
+            }
+        }
+        n
+    }
+
+    /// [`Cover::image`] field by field.
+    #[cold]
+    #[inline(never)]
+    fn image_slow(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder, out: &mut [u8]) -> usize {
+        let n = self.header_len.min(out.len());
+        image_in(hdr, order, &self.locs, &mut out[..n], wire);
+        n
+    }
+
     /// [`Cover::image_sum`] building the image field by field.
     #[cold]
     #[inline(never)]
@@ -651,13 +685,6 @@ pub fn image_in(
     }
 }
 
-/// Copy the `fields` of `header` (read in `order`) into `out` as a big-endian image, leaving
-/// every other bit of `out` zero. Two hosts of different byte order that hold the same field
-/// values produce the same image: what checksums and authentication cover.
-pub fn canonical_image(header: &[u8], order: ByteOrder, fields: &[FieldLoc], out: &mut [u8]) {
-    image_in(header, order, fields, out, ByteOrder::Big);
-}
-
 /// A mask (one byte per header byte of a `header_len`-byte header written in `order`) of the
 /// bits of `locs` (those that fit).
 pub(crate) fn bit_mask(locs: &[FieldLoc], header_len: usize, order: ByteOrder) -> Vec<u8> {
@@ -823,6 +850,12 @@ mod tests {
                     .map(|w| u16::from_le_bytes([w[0], w[1]]) as u64)
                     .sum();
                 prop_assert_eq!(cover.image_sum(h, order, wire) % 0xffff, want % 0xffff);
+                // The image itself, when the header is whole.
+                if h.len() == len {
+                    let mut out = [0u8; 64];
+                    let n = cover.image(h, order, wire, &mut out);
+                    prop_assert_eq!(&out[..n], &img[..len]);
+                }
             }
         }
 

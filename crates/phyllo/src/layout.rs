@@ -98,7 +98,8 @@ pub struct Layout {
     order: ByteOrder,
     /// Byte range of each layer's own header (per-layer layouts) for listings.
     layer_spans: Vec<(usize, usize)>,
-    /// Per layer `i`: the fields of the layers above `i` (and of the accelerator).
+    /// Per layer `i` (and one past the bottom layer: every field): the fields of the layers
+    /// above `i` (and of the accelerator).
     upper_fields: Vec<Cover>,
     /// Every field resolved for `header_len`, indexed like `locs`.
     access: Vec<Access>,
@@ -237,7 +238,8 @@ impl Layout {
     }
 
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
-    /// cover with a checksum, since lower layers write their fields after it.
+    /// cover with a checksum, since lower layers write their fields after it. `layer + 1`
+    /// gives them with the layer's own; one past the bottom layer, every field.
     pub fn upper_fields(&self, layer: usize) -> &[FieldLoc] {
         self.upper_fields.get(layer).map_or(&[], |c| c.locs())
     }
@@ -350,7 +352,7 @@ fn upper_fields(
     layers: usize,
     header_len: usize,
 ) -> Vec<Cover> {
-    (0..layers)
+    (0..=layers)
         .map(|layer| {
             let upper: Vec<FieldLoc> = specs
                 .iter()

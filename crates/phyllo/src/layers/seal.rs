@@ -11,7 +11,7 @@
 //! Pre-phases encrypt or verify and decrypt (transforming the message, not the state); the
 //! counter and the replay window advance in the post-phases.
 
-use crate::field::{canonical_image, FieldClass, FieldHandle};
+use crate::field::{FieldClass, FieldHandle};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Role, Verdict};
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
@@ -61,13 +61,18 @@ pub fn derive_keys(psk: &[u8; 32]) -> ([u8; 32], [u8; 32]) {
     (i2r, r2i)
 }
 
-/// The associated data: every header field, as a canonical big-endian image, so a receiver
-/// that converted the header from the sender's byte order authenticates the same bytes.
+/// The associated data: this layer's own field (the nonce's wire bits: the receiver's
+/// reconstruction maps several to one counter) and the fields of the layers above and of the
+/// accelerator, as their sender wrote them. Fields of layers below are written after
+/// `pre_send` ran, so they cannot be covered (as a checksum covers only the fields above it);
+/// those layers check their own. The image is in the sender's byte order, so a receiver that
+/// converted the header authenticates the same bytes.
 fn associated_data(pkt: &Packet<'_>) -> ([u8; MAX_HEADER], usize) {
     let mut ad = [0u8; MAX_HEADER];
-    let h = pkt.header();
-    let n = h.len().min(MAX_HEADER);
-    canonical_image(h, pkt.order(), pkt.layout().locs(), &mut ad[..n]);
+    let n = match pkt.layout().upper_cover(pkt.layer() + 1) {
+        Some(cover) => cover.image(pkt.header(), pkt.order(), pkt.wire_order(), &mut ad),
+        None => 0,
+    };
     (ad, n)
 }
 
