@@ -458,7 +458,7 @@ impl Cover {
             let w = le_word(&hdr[8 * k..]) & mask[k];
             out[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
         }
-        if n % 8 != 0 {
+        if !n.is_multiple_of(8) {
             let m = mask[whole].to_le_bytes();
             for j in 8 * whole..n {
                 out[j] = hdr[j] & m[j - 8 * whole];
