@@ -1,6 +1,7 @@
 //! The `phyllo` command's library: the report, its experiments, and the measurements they
 //! share with the subcommands and the benchmarks.
 
+pub mod aead;
 pub mod analyze_cmd;
 pub mod cmd;
 pub mod experiments;

@@ -1,6 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{analyze_cmd, cmd, report, workload};
+use phyllo_cli::{aead, analyze_cmd, cmd, report, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +27,9 @@ enum Cmd {
     /// Time the critical path of one send and one delivery over memlink (run under callgrind
     /// by the report to count its instructions).
     CriticalPath(cmd::CriticalPathArgs),
+    /// Seal and open messages with one AEAD implementation (run under callgrind by the
+    /// report's `aead` experiment to count instructions per operation).
+    Aead(aead::AeadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Workload(args) => workload::main(args),
         Cmd::Analyze(args) => analyze_cmd::main(args),
         Cmd::CriticalPath(args) => cmd::critical_path(args),
+        Cmd::Aead(args) => aead::main(args),
     }
 }

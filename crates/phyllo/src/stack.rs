@@ -14,7 +14,7 @@
 
 use crate::filter::Segment;
 use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
-use crate::layers::{Checksum, Frag, Seal, Window};
+use crate::layers::{Checksum, Cipher, Frag, Seal, Window};
 use crate::layout::FieldRegistry;
 use thiserror::Error;
 
@@ -378,7 +378,8 @@ fn nothing(args: Option<&str>) -> Result<(), String> {
 }
 
 impl Registry {
-    /// The built-in layers: `frag(N)`, `window(N)`, `checksum`, `seal`.
+    /// The built-in layers: `frag(N)`, `window(N)`, `checksum`, `seal` (`seal(aes)`, the
+    /// default, or `seal(chacha)`).
     pub fn new() -> Registry {
         let mut r = Registry { makers: Vec::new() };
         r.register("frag", "frag(N)", |a| {
@@ -390,8 +391,13 @@ impl Registry {
         r.register("checksum", "checksum", |a| {
             nothing(a).map(|_| Box::new(Checksum::new()) as Box<dyn Layer>)
         });
-        r.register("seal", "seal", |a| {
-            nothing(a).map(|_| Box::new(Seal::new()) as Box<dyn Layer>)
+        r.register("seal", "seal(aes|chacha)", |a| {
+            let cipher = match a {
+                None | Some("") | Some("aes") => Cipher::Aes256Gcm,
+                Some("chacha") => Cipher::ChaCha20Poly1305,
+                Some(other) => return Err(format!("cipher `{other}`: aes or chacha")),
+            };
+            Ok(Box::new(Seal::with_cipher(cipher)) as Box<dyn Layer>)
         });
         r
     }
@@ -495,8 +501,10 @@ mod tests {
         assert!(e.to_string().contains("outside"), "{e}");
         let e = err("frag(12x)");
         assert!(e.to_string().contains("`12x`"), "{e}");
-        let e = err("seal(3)");
+        let e = err("checksum(3)");
         assert!(e.to_string().contains("no arguments"), "{e}");
+        let e = err("seal(des)");
+        assert!(e.to_string().contains("aes or chacha"), "{e}");
         assert!(build_dyn("window(16").is_err());
         assert_eq!(err("  "), SpecError::Empty);
         assert!(build_dyn("window::checksum").is_err());

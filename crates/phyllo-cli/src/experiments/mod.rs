@@ -1,6 +1,7 @@
 //! The experiments registered with the report, in report order.
 
 mod accel;
+mod aead;
 mod analyze;
 mod rawudp;
 mod rtt;
@@ -16,6 +17,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rtt::Rtt),
         Box::new(stream::Stream),
         Box::new(accel::Accel),
+        Box::new(aead::Aead),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]

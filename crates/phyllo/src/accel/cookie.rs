@@ -8,14 +8,17 @@
 //!
 //! Beyond the paper: the sender keeps adding the identification until the peer has shown (the
 //! `cookie_ack` gossip bit) that it knows the cookie, so losing the first message costs
-//! nothing extra. What a datagram teaches (the identification, the peer's cookie, whether the
-//! peer knows ours) is learnt only if the stack accepts the datagram: a forged one cannot
-//! hijack the connection.
+//! nothing extra. The cookie also travels inside the header area with the identification (a
+//! connection-identification field, so it is left off usual datagrams like the rest): the
+//! layers' checksums and seals cover it there, while nothing covers the preamble. A datagram
+//! whose two cookies differ is refused, and what a datagram teaches (the identification, the
+//! peer's cookie, whether the peer knows ours) is learnt only if the stack accepts it: neither
+//! a forged nor a corrupted datagram can change what a connection expects.
 
 use super::preamble::{Preamble, PreambleError, COOKIE_MASK, PREAMBLE_LEN};
 use super::stats::AccelStats;
 use crate::field::{read_bits, write_bits, Bit, ByteOrder, FieldClass, FieldHandle, FieldLoc};
-use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER};
+use crate::layout::{FieldRegistry, Layout, ACCEL_LAYER, MAX_HEADER};
 use crate::msg::Msg;
 
 /// The accelerator's own fields, registered above every layer so checksums cover them.
@@ -23,6 +26,8 @@ use crate::msg::Msg;
 pub(crate) struct PaFields {
     /// The connection identification (class ConnId).
     pub(crate) conn: FieldHandle,
+    /// The sender's cookie, with the identification (class ConnId).
+    pub(crate) cookie: FieldHandle,
     /// Gossip: this end knows the peer's cookie.
     pub(crate) cookie_ack: FieldHandle,
     /// Message-specific: the body is packed ([`super::pack`]).
@@ -34,6 +39,7 @@ pub(crate) fn declare(reg: &mut FieldRegistry) -> PaFields {
     reg.set_layer(ACCEL_LAYER);
     PaFields {
         conn: reg.add_field(FieldClass::ConnId, "conn", 64, None),
+        cookie: reg.add_field(FieldClass::ConnId, "cookie", 62, None),
         cookie_ack: reg.add_field(FieldClass::Gossip, "cookie_ack", 1, None),
         packed: reg.add_field(FieldClass::MsgSpecific, "packed", 1, None),
     }
@@ -55,7 +61,8 @@ pub(crate) enum Refused {
     Truncated,
     /// A cookie this connection does not know, without the identification.
     UnknownCookie,
-    /// The identification of another connection.
+    /// The identification of another connection, or a datagram whose cookie in the header
+    /// is not the one in its preamble.
     UnknownConn,
 }
 
@@ -78,6 +85,10 @@ pub(crate) struct Ident {
     conn_ident: Option<u64>,
     conn_id_len: usize,
     conn_loc: FieldLoc,
+    cookie_loc: FieldLoc,
+    /// The identification area of the peer's datagrams in native order (the identification
+    /// and the peer's cookie), restored in front of a usual datagram's header.
+    rx_ident: [u8; MAX_HEADER],
     /// The two preambles this connection sends: without and with the identification (they
     /// change only with the cookie and the order, both fixed).
     preambles: [[u8; PREAMBLE_LEN]; 2],
@@ -104,6 +115,8 @@ impl Ident {
             conn_ident,
             conn_id_len: layout.conn_id_len(),
             conn_loc: layout.loc(f.conn),
+            cookie_loc: layout.loc(f.cookie),
+            rx_ident: [0; MAX_HEADER],
             preambles: [false, true].map(|present| {
                 Preamble {
                     conn_id_present: present,
@@ -139,11 +152,6 @@ impl Ident {
         self.conn_loc
     }
 
-    /// Bytes of the identification at the front of the header area.
-    pub(crate) fn conn_id_len(&self) -> usize {
-        self.conn_id_len
-    }
-
     /// Stop acknowledging the peer's cookie.
     pub(crate) fn block_cookie_ack(&mut self) {
         self.cookie_ack_blocked = true;
@@ -156,6 +164,11 @@ impl Ident {
         if let Some(id) = self.conn_ident {
             write_bits(t, self.conn_loc, order, id);
         }
+        write_bits(t, self.cookie_loc, order, self.cookie);
+        let cid = self.conn_id_len.min(t.len());
+        let mut rx = [0u8; MAX_HEADER];
+        self.write_rx_ident(&mut rx[..cid], order);
+        self.rx_ident = rx;
         let ack = self.peer_cookie.is_some() && !self.cookie_ack_blocked;
         write_bits(t, self.cookie_ack_loc, order, ack as u64);
         self.usual_preamble = self.peer_cookie.map(|cookie| {
@@ -168,14 +181,45 @@ impl Ident {
         });
     }
 
-    /// Put the preamble on an outgoing datagram (header area of `header_len` bytes and body),
-    /// leaving the identification off once the peer knows our cookie.
+    /// Whether this end may send: it knows the identification (a responder learns it from
+    /// the initiator's first datagram; until then its messages wait in the backlog).
+    #[inline(always)]
+    pub(crate) fn can_send(&self) -> bool {
+        self.conn_ident.is_some()
+    }
+
+    /// Write the identification area of the peer's datagrams (the identification and the
+    /// peer's cookie) into `h`, in `order`.
+    fn write_rx_ident(&self, h: &mut [u8], order: ByteOrder) {
+        write_bits(h, self.conn_loc, order, self.conn_ident.unwrap_or(0));
+        write_bits(h, self.cookie_loc, order, self.peer_cookie.unwrap_or(0));
+    }
+
+    /// The identification area of the peer's usual datagram, native order.
+    #[inline(always)]
+    pub(crate) fn rx_ident(&self) -> &[u8] {
+        &self.rx_ident[..self.conn_id_len]
+    }
+
+    /// Put the preamble on an outgoing datagram (header area of `header_len` bytes and body, in
+    /// `order`), leaving the identification off once the peer knows our cookie. A datagram
+    /// that carries the identification carries the current one, whatever header it was built
+    /// from (a retransmission copy made before it was known).
     #[inline]
-    pub(crate) fn wrap(&self, m: &mut Msg, header_len: usize, stats: &mut AccelStats) {
+    pub(crate) fn wrap(
+        &self,
+        m: &mut Msg,
+        header_len: usize,
+        order: ByteOrder,
+        stats: &mut AccelStats,
+    ) {
         let present = !self.peer_knows_cookie;
         let mut header = header_len;
         if present {
             stats.with_conn_id += 1;
+            if let (Some(id), Some(h)) = (self.conn_ident, m.data_mut().get_mut(..header_len)) {
+                write_bits(h, self.conn_loc, order, id);
+            }
         } else {
             m.pop_front(self.conn_id_len);
             header -= self.conn_id_len;
@@ -209,7 +253,6 @@ impl Ident {
         &self,
         m: &mut Msg,
         header_len: usize,
-        template: &[u8],
         native: ByteOrder,
     ) -> Result<Admitted, Refused> {
         let pre =
@@ -221,7 +264,8 @@ impl Ident {
                 return Err(Refused::Truncated);
             }
             let ident = read_bits(&m.data()[..cid], self.conn_loc, pre.order);
-            if self.conn_ident.is_some_and(|mine| mine != ident) {
+            let cookie = read_bits(&m.data()[..cid], self.cookie_loc, pre.order);
+            if self.conn_ident.is_some_and(|mine| mine != ident) || cookie != pre.cookie {
                 return Err(Refused::UnknownConn);
             }
             return Ok(Admitted {
@@ -238,12 +282,11 @@ impl Ident {
         // Restore the identification left off the wire, in the sender's byte order like the
         // rest of the header (converted with it).
         if pre.order == native {
-            // The template holds the identification, in native order, in its first bytes.
-            m.prepend(&template[..cid]);
+            m.prepend(self.rx_ident());
         } else {
-            let ident = self.conn_ident.unwrap_or(0);
             let h = m.push_front(cid);
-            write_bits(h, self.conn_loc, pre.order, ident);
+            h.fill(0);
+            self.write_rx_ident(h, pre.order);
         }
         Ok(Admitted {
             learn: None,

@@ -46,8 +46,9 @@ pub(crate) struct Shape {
     /// Layers that do not predict, above the bottom transforms, bottom first: the fast
     /// delivery runs their pre-deliveries after the prediction matched.
     deliver_unpredicted: Vec<usize>,
-    /// Whether a send may take the fast path: no body transform sits above a layer whose
-    /// send-filter instructions would then see the wrong body.
+    /// Whether a send may take the fast path: no body transform sits above a layer with
+    /// send-filter instructions or a layer that does not predict (both run before the
+    /// transforms, so they would see the body untransformed).
     fast_send: bool,
     /// Whether a delivery may take the fast path: every body transform is at the bottom.
     fast_deliver: bool,
@@ -75,9 +76,15 @@ impl Shape {
             .rev()
             .filter(unpredicted)
             .collect();
-        let fast_send = match (transform.first(), filters.lowest_send_layer()) {
-            (Some(&t), Some(f)) => t > f,
-            _ => true,
+        // A layer below a body transform must see the transformed body: its send-filter
+        // instructions and its pre-send (a layer that does not predict) run before the
+        // transforms on the fast path, so either one there sends the message the layered way.
+        let fast_send = match transform.first() {
+            Some(&t) => {
+                filters.lowest_send_layer().is_none_or(|f| t > f)
+                    && send_unpredicted.iter().all(|&u| u < t)
+            }
+            None => true,
         };
         let copy: Vec<usize> = (0..n)
             .filter(|&i| layers.wants_copy_at(i) && !send_unpredicted.contains(&i))
@@ -120,7 +127,7 @@ impl Accelerator {
         // the send prediction's protocol-specific fields depend only on the send state, and
         // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1).
         // This keeps the delivery's post-phase off the round trip's critical path.
-        if self.pending.send || !self.backlog.is_empty() || core.send_disabled() {
+        if self.pending.send || !self.backlog.is_empty() || !self.may_send(core) {
             self.backlog.push(m, core.pool());
             return;
         }
@@ -273,16 +280,28 @@ impl Accelerator {
         mut m: Msg,
         verify: Option<&Msg>,
     ) {
-        for &i in &self.shape.copy {
-            let copy = core.pool().alloc_copy(m.data());
-            self.pending.copies.push((i, copy));
-        }
         for &i in &self.shape.send_unpredicted {
             if let Some(c) = core.kept_copy(i) {
                 self.pending.copies.push((i, c));
             }
         }
-        if !self.shape.transform.is_empty() && !self.transform_send(core, now, &mut m) {
+        // A layer's copy is the message as it reaches that layer: after the transforms above
+        // it (a window below a seal retransmits the sealed datagram), before those below.
+        let mut transformed = 0;
+        for k in 0..self.shape.copy.len() {
+            let i = self.shape.copy[k];
+            let above = self.shape.transform.partition_point(|&t| t < i);
+            if above > transformed {
+                if !self.transform_send(core, now, &mut m, transformed..above) {
+                    return;
+                }
+                transformed = above;
+            }
+            let copy = core.pool().alloc_copy(m.data());
+            self.pending.copies.push((i, copy));
+        }
+        let all = self.shape.transform.len();
+        if all > transformed && !self.transform_send(core, now, &mut m, transformed..all) {
             return;
         }
         if let Some(body) = verify {
@@ -299,7 +318,7 @@ impl Accelerator {
         self.pending.send_hdr.set(&m.data()[..hl]);
         self.pending.send = true;
         let body_len = m.len() - hl;
-        self.ident.wrap(&mut m, hl, &mut self.stats);
+        self.ident.wrap(&mut m, hl, self.order, &mut self.stats);
         if let Some(layer) = reclaim {
             self.pending.reclaim = Some(Reclaim {
                 layer,
@@ -310,10 +329,17 @@ impl Accelerator {
         core.queue_out(m, self);
     }
 
-    /// Run the body-transforming layers' pre-send on a fast-path message; `false` if one
-    /// dropped it (the message and its retransmission copies are then freed).
-    fn transform_send<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, m: &mut Msg) -> bool {
-        let stop = core.pre_phases(now, self.shape.transform.iter().copied(), true, m);
+    /// Run the pre-sends of the body-transforming layers `which` (indices into the shape's
+    /// transforms) on a fast-path message; `false` if one dropped it (the message and its
+    /// retransmission copies are then freed).
+    fn transform_send<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: &mut Msg,
+        which: std::ops::Range<usize>,
+    ) -> bool {
+        let stop = core.pre_phases(now, self.shape.transform[which].iter().copied(), true, m);
         let Some((i, v)) = stop else {
             return true;
         };
@@ -356,7 +382,7 @@ impl Accelerator {
                 core.drain(now, self);
                 self.predict.refresh(core);
             }
-            if core.send_disabled() {
+            if !self.may_send(core) {
                 return;
             }
             let Some(w) = self.backlog.pop() else {
@@ -386,10 +412,10 @@ impl Accelerator {
         }
         self.last = now;
         // The usual datagram: the predicted preamble, long enough. Its identification was
-        // left off; restore it (the template holds it, native order, in its first bytes).
+        // left off; restore it.
         if self.ident.is_usual(&m, self.header_len) {
             m.pop_front(PREAMBLE_LEN);
-            m.prepend(&core.template()[..self.ident.conn_id_len()]);
+            m.prepend(self.ident.rx_ident());
             core.set_rx_wire(core.layout().order());
             self.accept(core, now, m, None);
             return;
@@ -402,10 +428,7 @@ impl Accelerator {
     #[inline(never)]
     fn receive_general<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, mut m: Msg) {
         let native = core.layout().order();
-        match self
-            .ident
-            .admit(&mut m, self.header_len, core.template(), native)
-        {
+        match self.ident.admit(&mut m, self.header_len, native) {
             Err(why) => {
                 use super::cookie::Refused;
                 match why {

@@ -35,7 +35,7 @@ pub use stats::{AccelStats, Miss};
 pub(crate) use cookie::{declare, PaFields};
 
 use crate::field::FieldSpec;
-use crate::field::{Bit, FieldLoc};
+use crate::field::{Bit, ByteOrder, FieldLoc};
 use crate::filter::VerifyError;
 use crate::layered::{Core, Edge};
 use crate::layout::{Layout, MAX_HEADER};
@@ -85,6 +85,7 @@ pub(crate) struct Accelerator {
     packed: Bit,
     packed_loc: FieldLoc,
     header_len: usize,
+    order: ByteOrder,
     /// The time of the latest operation: deferred work is due from then.
     last: Time,
     /// See [`AccelConfig::verify`].
@@ -120,6 +121,7 @@ impl Accelerator {
             packed: Bit::of(packed_loc, hl, layout.order()).unwrap_or(Bit::NEVER),
             packed_loc,
             header_len: hl,
+            order: layout.order(),
             last: Time::ZERO,
             verify: cfg.verify,
             stats: AccelStats::default(),
@@ -168,7 +170,14 @@ impl Accelerator {
     /// Whether [`post_process`](Self::post_process) would do something now.
     #[inline]
     pub(crate) fn actionable<S: LayerSet>(&self, core: &Core<S>) -> bool {
-        !self.pending.is_none() || (!self.backlog.is_empty() && !core.send_disabled())
+        !self.pending.is_none() || (!self.backlog.is_empty() && self.may_send(core))
+    }
+
+    /// Whether a message may leave the backlog: no layer disabled the send header, and this
+    /// end knows the identification.
+    #[inline(always)]
+    fn may_send<S: LayerSet>(&self, core: &Core<S>) -> bool {
+        !core.send_disabled() && self.ident.can_send()
     }
 
     /// When deferred work is due, if there is any: [`DEFERRED_GRACE`] after the operation
@@ -252,7 +261,7 @@ impl Edge for Accelerator {
     /// A datagram the layered path sent: the preamble goes on.
     #[inline]
     fn frame(&mut self, m: &mut Msg, header_len: usize) {
-        self.ident.wrap(m, header_len, &mut self.stats);
+        self.ident.wrap(m, header_len, self.order, &mut self.stats);
     }
 
     #[inline]

@@ -7,5 +7,5 @@ mod window;
 
 pub use checksum::Checksum;
 pub use frag::Frag;
-pub use seal::Seal;
+pub use seal::{Cipher, Seal};
 pub use window::Window;

@@ -14,8 +14,10 @@
 //!   advances `rcv_next`, delivers buffered successors, and schedules an ack: at once after
 //!   half a window of unacknowledged data or a duplicate, otherwise after a short delay unless
 //!   data going the other way carries it first.
-//! - On timeout everything unacknowledged is retransmitted and the timeout doubles (capped);
-//!   otherwise the timeout follows the measured round trip (RFC 6298, Karn's rule).
+//! - On timeout everything unacknowledged is retransmitted and the timeout doubles (capped at
+//!   `max_rto`), so a dead path sees fewer and fewer retransmissions; an acknowledgement of
+//!   new data ends the backoff. Otherwise the timeout follows the measured round trip (RFC
+//!   6298, Karn's rule).
 //!
 //! Sequence numbers are 16 bits on the wire, 64 bits in the state; with at most 1024
 //! messages in flight the receiver places every wire value unambiguously.
@@ -243,8 +245,11 @@ impl Window {
                 }
             }
             self.snd_una += d as u64;
-            if let Some(r) = sample {
-                self.rtt_sample(r);
+            match sample {
+                Some(r) => self.rtt_sample(r),
+                // Progress without a sample (Karn: only retransmitted messages were
+                // acknowledged): the path works again, so the backoff ends.
+                None => self.rto = self.estimated_rto(),
             }
             self.rto_at = if self.unacked.is_empty() {
                 None
@@ -273,8 +278,16 @@ impl Window {
                 self.srtt = Some((s * 7 + r) / 8);
             }
         }
-        let s = self.srtt.unwrap_or(r);
-        self.rto = (s + self.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto);
+        self.rto = self.estimated_rto();
+    }
+
+    /// The timeout the round-trip estimate gives (RFC 6298), without backoff; the first
+    /// timeout before any measurement.
+    fn estimated_rto(&self) -> Duration {
+        match self.srtt {
+            Some(s) => (s + self.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto),
+            None => self.cfg.rto,
+        }
     }
 
     /// The smoothed round-trip time, once measured.

@@ -133,6 +133,17 @@ impl MemLink {
         MemLink::new(Faults::none(Duration::ZERO), 0)
     }
 
+    /// Change the faults of datagrams sent from now on (datagrams in flight keep theirs):
+    /// a soak heals the link, or cuts it off, mid-run.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
     /// Counters.
     pub fn stats(&self) -> &LinkStats {
         &self.stats
