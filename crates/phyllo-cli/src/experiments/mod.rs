@@ -5,6 +5,7 @@ mod aead;
 mod analyze;
 mod rawudp;
 mod rtt;
+mod soak;
 mod stack;
 mod stream;
 
@@ -18,6 +19,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(stream::Stream),
         Box::new(accel::Accel),
         Box::new(aead::Aead),
+        Box::new(soak::Soak),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]
