@@ -53,7 +53,11 @@ impl Experiment for Soak {
         let mut failing = Vec::new();
         for (name, spec) in [("plain", PLAIN), ("sealed", SEALED)] {
             for accelerated in [false, true] {
-                let path = if accelerated { "accelerated" } else { "layered" };
+                let path = if accelerated {
+                    "accelerated"
+                } else {
+                    "layered"
+                };
                 let s = soak(spec, accelerated, 0..per_variant, &cfg)?;
                 let key = format!("soak.{name}.{path}");
                 figures.push((format!("{key}.passed"), s.passed as f64));

@@ -207,7 +207,10 @@ pub fn run_report(
     if selected.is_empty() {
         eprintln!("report: no experiment selected");
     }
-    let records = run_all(&selected, &ctx);
+    let mut records = run_all(&selected, &ctx);
+    if let Some(check) = baseline_check(&records) {
+        records.push(check);
+    }
     let machine = Machine::detect();
     write_report(
         &args.out,
@@ -318,6 +321,81 @@ fn run_all(experiments: &[&dyn Experiment], ctx: &Ctx) -> Vec<Record> {
         .collect();
     progress.finish();
     records
+}
+
+/// Figures that measure the same baseline — the median round trip of 8-byte raw UDP
+/// datagrams over loopback, busy-polled — in different experiments.
+const RAW_UDP_RTT: [&str; 3] = [
+    "rawudp.rtt_median_ns",
+    "rtt.raw_median_ns",
+    "accel.raw_udp_rtt_ns",
+];
+
+/// How far apart two measurements of one baseline may be before the report flags them.
+const BASELINE_TOLERANCE: f64 = 1.10;
+
+/// The baselines measured by more than one experiment, side by side: a ratio against a
+/// baseline is only as good as the baseline, and on a shared machine two measurements of it
+/// minutes apart can differ. `None` when fewer than two were measured.
+fn baseline_check(records: &[Record]) -> Option<Record> {
+    let found: Vec<(&str, f64)> = RAW_UDP_RTT
+        .iter()
+        .filter_map(|name| {
+            records.iter().find_map(|r| match &r.status {
+                Status::Done(s) => s
+                    .figures
+                    .iter()
+                    .find(|(n, v)| n == name && v.is_finite() && *v > 0.0)
+                    .map(|(_, v)| (*name, *v)),
+                _ => None,
+            })
+        })
+        .collect();
+    if found.len() < 2 {
+        return None;
+    }
+    let lo = found.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+    let hi = found.iter().map(|f| f.1).fold(0.0, f64::max);
+    let spread = hi / lo;
+    let verdict = if spread > BASELINE_TOLERANCE {
+        format!(
+            "**Flagged:** the raw-UDP baselines differ by {:.0} % (more than {:.0} %): the \
+             machine's speed changed between the experiments, and ratios against these \
+             baselines carry that error.",
+            (spread - 1.0) * 100.0,
+            (BASELINE_TOLERANCE - 1.0) * 100.0
+        )
+    } else {
+        format!(
+            "The raw-UDP baselines agree within {:.1} %.",
+            (spread - 1.0) * 100.0
+        )
+    };
+    Some(Record {
+        name: "baselines".into(),
+        title: "Baselines measured by several experiments".into(),
+        seed_ref: None,
+        status: Status::Done(Section {
+            text: vec![verdict],
+            tables: vec![Table {
+                title: "Median round trip of 8-byte raw UDP datagrams, busy-poll".into(),
+                headers: vec!["figure".into(), "ns".into()],
+                rows: found
+                    .iter()
+                    .map(|(n, v)| vec![format!("`{n}`"), format!("{v:.0}")])
+                    .collect(),
+            }],
+            plots: vec![],
+            figures: vec![
+                ("baselines.raw_udp_rtt_spread".into(), spread),
+                (
+                    "baselines.raw_udp_rtt_flagged".into(),
+                    f64::from(u8::from(spread > BASELINE_TOLERANCE)),
+                ),
+            ],
+        }),
+        seconds: 0.0,
+    })
 }
 
 /// A file stem made of `[A-Za-z0-9_-]`, unique among `taken`.
@@ -610,5 +688,36 @@ mod tests {
         assert_eq!(file_stem("a/b c", &mut taken), "a_b_c");
         assert_eq!(file_stem("a/b c", &mut taken), "a_b_c-2");
         assert_eq!(file_stem("", &mut taken), "plot");
+    }
+
+    fn with_figure(name: &str, figure: &str, v: f64) -> Record {
+        Record {
+            name: name.into(),
+            title: name.into(),
+            seed_ref: None,
+            status: Status::Done(Section {
+                figures: vec![(figure.into(), v)],
+                ..Section::default()
+            }),
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn baselines_that_disagree_are_flagged() {
+        let flagged = |a: f64, b: f64| {
+            let r = baseline_check(&[
+                with_figure("rawudp", "rawudp.rtt_median_ns", a),
+                with_figure("accel", "accel.raw_udp_rtt_ns", b),
+            ])
+            .unwrap();
+            match r.status {
+                Status::Done(s) => s.figures[1].1,
+                _ => panic!("not done"),
+            }
+        };
+        assert_eq!(flagged(4000.0, 4200.0), 0.0);
+        assert_eq!(flagged(4000.0, 5920.0), 1.0);
+        assert!(baseline_check(&[with_figure("rawudp", "rawudp.rtt_median_ns", 1.0)]).is_none());
     }
 }
