@@ -35,7 +35,7 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Report(args) => report::main(args),
+        Cmd::Report(args) => report::main(&phyllo_cli::experiments::all(), args),
         Cmd::Rtt(args) => cmd::rtt(args),
         Cmd::Stream(args) => cmd::stream(args),
         Cmd::Workload(args) => workload::main(args),

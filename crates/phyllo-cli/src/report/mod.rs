@@ -170,12 +170,11 @@ pub struct Summary {
     pub failed: usize,
 }
 
-/// Run the report: every registered experiment, then the folder. Fails only when the folder
-/// cannot be written; failed experiments are reported in it.
-pub fn main(args: ReportArgs) -> anyhow::Result<()> {
+/// Run the report: `experiments` (the registered ones, `experiments::all`), then the folder.
+/// Fails only when the folder cannot be written; failed experiments are reported in it.
+pub fn main(experiments: &[Box<dyn Experiment>], args: ReportArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let experiments = crate::experiments::all();
-    let summary = run_report(&experiments, &args)?;
+    let summary = run_report(experiments, &args)?;
     println!(
         "report: {} done, {} skipped, {} failed in {:.1} s -> {}",
         summary.done,
