@@ -205,7 +205,7 @@ impl Ident {
     /// `order`), leaving the identification off once the peer knows our cookie. A datagram
     /// that carries the identification carries the current one, whatever header it was built
     /// from (a retransmission copy made before it was known).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn wrap(
         &self,
         m: &mut Msg,
@@ -216,16 +216,30 @@ impl Ident {
         let present = !self.peer_knows_cookie;
         let mut header = header_len;
         if present {
-            stats.with_conn_id += 1;
-            if let (Some(id), Some(h)) = (self.conn_ident, m.data_mut().get_mut(..header_len)) {
-                write_bits(h, self.conn_loc, order, id);
-            }
+            self.with_identification(m, header_len, order, stats);
         } else {
             m.pop_front(self.conn_id_len);
             header -= self.conn_id_len;
         }
         m.prepend_array(&self.preambles[present as usize]);
         stats.header_bytes += (PREAMBLE_LEN + header) as u64;
+    }
+
+    /// A datagram that carries the identification: the current one goes in (the first
+    /// datagrams of a connection only, off the usual path).
+    #[cold]
+    #[inline(never)]
+    fn with_identification(
+        &self,
+        m: &mut Msg,
+        header_len: usize,
+        order: ByteOrder,
+        stats: &mut AccelStats,
+    ) {
+        stats.with_conn_id += 1;
+        if let (Some(id), Some(h)) = (self.conn_ident, m.data_mut().get_mut(..header_len)) {
+            write_bits(h, self.conn_loc, order, id);
+        }
     }
 
     /// The wire header of a usual data message: preamble and header area without the
