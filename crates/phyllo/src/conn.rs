@@ -227,8 +227,16 @@ impl<S: LayerSet> Connection<S> {
     /// takes one the application filled itself).
     pub fn send(&mut self, now: Time, data: &[u8]) -> Result<(), SendError> {
         self.check_send(data.len())?;
-        let m = self.core.pool().alloc_copy(data);
-        self.send_accepted(now, m);
+        match self.pa.as_deref_mut() {
+            Some(pa) => {
+                self.core.stats_mut().sent_msgs += 1;
+                pa.send_bytes(&mut self.core, now, data);
+            }
+            None => {
+                let m = self.core.pool().alloc_copy(data);
+                self.send_accepted(now, m);
+            }
+        }
         Ok(())
     }
 
@@ -342,6 +350,14 @@ impl<S: LayerSet> Connection<S> {
     #[inline]
     pub fn poll_delivery(&mut self) -> Option<Msg> {
         self.core.poll_delivery()
+    }
+
+    /// The next message for the application, lent to `f` instead of handed over: a message
+    /// packed with others is read where it arrived, without a buffer of its own. `None` if
+    /// none is waiting.
+    #[inline]
+    pub fn poll_delivery_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.core.poll_delivery_with(f)
     }
 
     /// Messages waiting in [`poll_delivery`](Self::poll_delivery).

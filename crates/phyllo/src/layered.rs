@@ -21,6 +21,7 @@ use crate::layer::{
 };
 use crate::layout::{FieldRegistry, Layout};
 use crate::msg::{Msg, Pool};
+use crate::ready::{Ready, Split};
 use crate::stack::LayerSet;
 use crate::time::{earliest, Time};
 use std::collections::VecDeque;
@@ -77,15 +78,9 @@ pub(crate) trait Edge {
 
     /// A message leaves the top of the stack: `header` is its header area (already popped
     /// from `body`). Hand what the application gets to `to_app`; returns how many.
-    fn arrive(
-        &mut self,
-        header: &[u8],
-        body: Msg,
-        pool: &mut Pool,
-        to_app: &mut VecDeque<Msg>,
-    ) -> u64 {
+    fn arrive(&mut self, header: &[u8], body: Msg, pool: &mut Pool, to_app: &mut Ready) -> u64 {
         let _ = (header, pool);
-        to_app.push_back(body);
+        to_app.push(body);
         1
     }
 }
@@ -105,7 +100,7 @@ pub(crate) struct Core<S: LayerSet> {
     layout: Layout,
     pool: Pool,
     out: VecDeque<Msg>,
-    delivered: VecDeque<Msg>,
+    delivered: Ready,
     queue: VecDeque<(Origin, Msg)>,
     kept: Vec<(usize, Msg)>,
     timers: Vec<Option<Time>>,
@@ -150,7 +145,7 @@ impl<S: LayerSet> Core<S> {
             layout,
             pool: Pool::default(),
             out: VecDeque::with_capacity(64),
-            delivered: VecDeque::with_capacity(64),
+            delivered: Ready::new(),
             queue: VecDeque::with_capacity(64),
             kept: Vec::with_capacity(4),
             timers: vec![None; n],
@@ -470,7 +465,14 @@ impl<S: LayerSet> Core<S> {
     #[inline(always)]
     pub(crate) fn deliver(&mut self, m: Msg) {
         self.stats.delivered += 1;
-        self.delivered.push_back(m);
+        self.delivered.push(m);
+    }
+
+    /// Hand the application the `count` messages that `split` finds in `body` (checked to
+    /// be there); they are split off as it takes them ([`Ready`]).
+    pub(crate) fn deliver_several(&mut self, body: Msg, count: usize, split: Split) {
+        self.stats.delivered += count as u64;
+        self.delivered.push_several(body, count, split);
     }
 
     /// Hand a message that leaves the top of the stack (header area still on) to the
@@ -491,7 +493,13 @@ impl<S: LayerSet> Core<S> {
     /// The next message for the application.
     #[inline]
     pub(crate) fn poll_delivery(&mut self) -> Option<Msg> {
-        self.delivered.pop_front()
+        self.delivered.pop(&mut self.pool)
+    }
+
+    /// The next message for the application, lent to `f`.
+    #[inline]
+    pub(crate) fn poll_delivery_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.delivered.pop_with(&mut self.pool, f)
     }
 
     /// Messages waiting for the application.

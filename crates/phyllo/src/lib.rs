@@ -21,6 +21,7 @@ pub mod layers;
 pub mod layout;
 pub mod link;
 pub mod msg;
+mod ready;
 pub mod stack;
 pub mod time;
 

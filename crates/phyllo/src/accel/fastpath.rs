@@ -20,6 +20,7 @@
 
 use super::deferred::Reclaim;
 use super::filters::Filters;
+use super::pack;
 use super::preamble::PREAMBLE_LEN;
 use super::predict::{self, Predictions};
 use super::stats::Miss;
@@ -127,11 +128,31 @@ impl Accelerator {
         // the send prediction's protocol-specific fields depend only on the send state, and
         // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1).
         // This keeps the delivery's post-phase off the round trip's critical path.
-        if self.pending.send || !self.backlog.is_empty() || !self.may_send(core) {
+        if self.must_wait(core) {
             self.backlog.push(m, core.pool());
             return;
         }
         self.send_one(core, now, m, false, 1);
+    }
+
+    /// [`send`](Self::send) of bytes: a message that waits is packed straight from them,
+    /// without a buffer of its own (a streaming sender's usual case).
+    #[inline]
+    pub(crate) fn send_bytes<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, data: &[u8]) {
+        if self.must_wait(core) {
+            self.last = now;
+            self.backlog.push_bytes(data, core.pool());
+            return;
+        }
+        let m = core.pool().alloc_copy(data);
+        self.send(core, now, m);
+    }
+
+    /// Whether a message sent now must wait in the backlog: post-processing is pending,
+    /// older messages wait, or the responder does not know the identification yet.
+    #[inline(always)]
+    fn must_wait<S: LayerSet>(&self, core: &Core<S>) -> bool {
+        self.pending.send || !self.backlog.is_empty() || !self.may_send(core)
     }
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
@@ -569,17 +590,16 @@ impl Accelerator {
     /// Unpack a fast-path delivery's packed body to the application.
     #[inline(never)]
     fn deliver_packed<S: LayerSet>(&mut self, core: &mut Core<S>, body: Msg) {
-        match self.unpacker.ranges(body.data()) {
-            Some(ranges) => {
-                self.stats.fast_deliver_msgs += ranges.len() as u64;
-                for &(at, len) in ranges {
-                    let m = core.pool().alloc_copy(&body.data()[at..at + len]);
-                    core.deliver(m);
-                }
+        match self.unpacker.count(body.data()) {
+            Some(count) => {
+                self.stats.fast_deliver_msgs += count as u64;
+                core.deliver_several(body, count, pack::split);
             }
-            None => self.stats.bad_packing += 1,
+            None => {
+                self.stats.bad_packing += 1;
+                core.pool().free(body);
+            }
         }
-        core.pool().free(body);
     }
 
     /// A delivery that missed the fast path (`why`) above the `transformed` bottom layers

@@ -40,6 +40,7 @@ use crate::filter::VerifyError;
 use crate::layered::{Core, Edge};
 use crate::layout::{Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
+use crate::ready::Ready;
 use crate::stack::LayerSet;
 use crate::time::Time;
 use cookie::Ident;
@@ -48,7 +49,6 @@ use fastpath::Shape;
 use filters::Filters;
 use pack::{Backlog, Unpacker};
 use predict::Predictions;
-use std::collections::VecDeque;
 
 /// How long after an operation its deferred post-processing falls due in
 /// [`Connection::poll_timeout`](crate::Connection::poll_timeout). The next operation runs it
@@ -274,23 +274,14 @@ impl Edge for Accelerator {
     }
 
     /// A message the layered path delivers: unpacked if packed.
-    fn arrive(
-        &mut self,
-        header: &[u8],
-        body: Msg,
-        pool: &mut Pool,
-        to_app: &mut VecDeque<Msg>,
-    ) -> u64 {
+    fn arrive(&mut self, header: &[u8], body: Msg, pool: &mut Pool, to_app: &mut Ready) -> u64 {
         let packed = self.packed.get(header);
         let n = if !packed {
-            to_app.push_back(body);
+            to_app.push(body);
             1
-        } else if let Some(ranges) = self.unpacker.ranges(body.data()) {
-            for &(at, len) in ranges {
-                to_app.push_back(pool.alloc_copy(&body.data()[at..at + len]));
-            }
-            pool.free(body);
-            ranges.len() as u64
+        } else if let Some(count) = self.unpacker.count(body.data()) {
+            to_app.push_several(body, count, pack::split);
+            count as u64
         } else {
             self.stats.bad_packing += 1;
             pool.free(body);

@@ -54,28 +54,55 @@ impl Backlog {
     /// Queue a message: packed with its neighbours when it fits a datagram (its buffer goes
     /// back to `pool`), else on its own.
     pub(crate) fn push(&mut self, msg: Msg, pool: &mut Pool) {
-        let len = msg.len();
-        let need = varint_len(len) + len;
-        if need > self.mtu {
-            self.bytes += len;
-            self.waiting.push_back(Waiting {
-                body: msg,
-                packed: false,
-                msgs: 1,
-            });
+        if !self.packs(msg.len()) {
+            self.push_single(msg);
             return;
         }
+        self.pack(msg.data(), pool);
+        pool.free(msg);
+    }
+
+    /// [`push`](Self::push) of bytes: packed straight from them (a message too large to pack
+    /// gets a buffer of its own).
+    pub(crate) fn push_bytes(&mut self, data: &[u8], pool: &mut Pool) {
+        if self.packs(data.len()) {
+            self.pack(data, pool);
+        } else {
+            self.push_single(pool.alloc_copy(data));
+        }
+    }
+
+    /// Whether a message of `len` bytes fits a packed datagram.
+    #[inline(always)]
+    fn packs(&self, len: usize) -> bool {
+        varint_len(len) + len <= self.mtu
+    }
+
+    fn push_single(&mut self, msg: Msg) {
+        self.bytes += msg.len();
+        self.waiting.push_back(Waiting {
+            body: msg,
+            packed: false,
+            msgs: 1,
+        });
+    }
+
+    /// Append `data` to the newest packed body, or to a new one if it does not fit.
+    #[inline]
+    fn pack(&mut self, data: &[u8], pool: &mut Pool) {
+        let len = data.len();
+        let need = varint_len(len) + len;
         self.bytes += need;
         match self.waiting.back_mut() {
             Some(w) if w.packed && w.body.len() + need <= self.mtu => {
                 put_varint(&mut w.body, len);
-                w.body.extend_from_slice(msg.data());
+                w.body.extend_from_slice(data);
                 w.msgs += 1;
             }
             _ => {
                 let mut body = pool.alloc();
                 put_varint(&mut body, len);
-                body.extend_from_slice(msg.data());
+                body.extend_from_slice(data);
                 self.waiting.push_back(Waiting {
                     body,
                     packed: true,
@@ -83,7 +110,6 @@ impl Backlog {
                 });
             }
         }
-        pool.free(msg);
     }
 
     /// The oldest waiting body.
@@ -149,10 +175,19 @@ pub(crate) struct Unpacker {
 }
 
 impl Unpacker {
-    /// The byte ranges of the messages in the packed `body`; `None` if its lengths lie.
-    pub(crate) fn ranges(&mut self, body: &[u8]) -> Option<&[(usize, usize)]> {
-        unpack_ranges(body, &mut self.ranges).then_some(&self.ranges[..])
+    /// How many messages the packed `body` holds; `None` if its lengths lie. The messages
+    /// themselves are split off later, by [`split`].
+    pub(crate) fn count(&mut self, body: &[u8]) -> Option<usize> {
+        unpack_ranges(body, &mut self.ranges).then_some(self.ranges.len())
     }
+}
+
+/// Where the packed message at offset `at` of `body` lies, as (start, length)
+/// ([`crate::ready::Split`]).
+pub(crate) fn split(body: &[u8], at: usize) -> Option<(usize, usize)> {
+    let (len, n) = get_varint(body.get(at..)?)?;
+    let start = at + n;
+    (len <= body.len() - start).then_some((start, len))
 }
 
 #[cfg(test)]
