@@ -98,13 +98,13 @@ pub fn derive_keys(psk: &[u8; 32]) -> ([u8; 32], [u8; 32]) {
 /// `pre_send` ran, so they cannot be covered (as a checksum covers only the fields above it);
 /// those layers check their own. The image is in the sender's byte order, so a receiver that
 /// converted the header authenticates the same bytes.
-fn associated_data(pkt: &Packet<'_>) -> ([u8; MAX_HEADER], usize) {
-    let mut ad = [0u8; MAX_HEADER];
+#[inline(always)]
+fn associated_data<'a>(pkt: &Packet<'_>, ad: &'a mut [u8; MAX_HEADER]) -> &'a [u8] {
     let n = match pkt.layout().upper_cover(pkt.layer() + 1) {
-        Some(cover) => cover.image(pkt.header(), pkt.order(), pkt.wire_order(), &mut ad),
+        Some(cover) => cover.image(pkt.header(), pkt.order(), pkt.wire_order(), ad),
         None => 0,
     };
-    (ad, n)
+    &ad[..n]
 }
 
 fn nonce_bytes(counter: u64) -> Nonce {
@@ -196,9 +196,10 @@ impl Layer for Seal {
             return Verdict::Continue;
         };
         pkt.set(h, self.tx_counter);
-        let (ad, n) = associated_data(&*pkt);
+        let mut image = [0u8; MAX_HEADER];
+        let ad = associated_data(pkt, &mut image);
         let (_, body) = pkt.split_mut();
-        match tx.seal_in_place_separate_tag(nonce_bytes(self.tx_counter), Aad::from(&ad[..n]), body)
+        match tx.seal_in_place_separate_tag(nonce_bytes(self.tx_counter), Aad::from(ad), body)
         {
             Ok(tag) => {
                 pkt.msg_mut().extend_from_slice(tag.as_ref());
@@ -229,13 +230,14 @@ impl Layer for Seal {
         if self.replayed(c) {
             return Verdict::Drop(DropReason::Replay);
         }
-        let (ad, n) = associated_data(&*pkt);
+        let mut image = [0u8; MAX_HEADER];
+        let ad = associated_data(pkt, &mut image);
         let (_, body) = pkt.split_mut();
         let (ct, tag) = body.split_at_mut(body.len() - TAG_LEN);
         let mut t = [0u8; TAG_LEN];
         t.copy_from_slice(tag);
         if rx
-            .open_in_place_separate_tag(nonce_bytes(c), Aad::from(&ad[..n]), Tag::from(t), ct, 0..)
+            .open_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), Tag::from(t), ct, 0..)
             .is_err()
         {
             return Verdict::Drop(DropReason::Auth);
