@@ -230,11 +230,21 @@ impl Layout {
     }
 
     /// Whether every header bit outside the fields (padding) is zero, as senders leave it.
+    /// Eight bytes per step (a sealed delivery asks on every datagram).
     pub fn padding_is_zero(&self, header: &[u8]) -> bool {
-        header
+        let n = header.len().min(self.field_mask.len());
+        let (h, m) = (&header[..n], &self.field_mask[..n]);
+        let (hw, mw) = (h.chunks_exact(8), m.chunks_exact(8));
+        let tail = hw
+            .remainder()
             .iter()
-            .zip(&self.field_mask)
-            .all(|(h, m)| h & !m == 0)
+            .zip(mw.remainder())
+            .fold(0, |acc, (h, m)| acc | (h & !m));
+        let words = hw.zip(mw).fold(0u64, |acc, (h, m)| {
+            let word = |b: &[u8]| b.try_into().map_or(0, u64::from_le_bytes);
+            acc | (word(h) & !word(m))
+        });
+        words == 0 && tail == 0
     }
 
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may
@@ -535,6 +545,26 @@ mod tests {
         match compact.order() {
             ByteOrder::Little => assert_eq!(&m[..3], &[0xff, 0xff, 0x07]),
             ByteOrder::Big => assert_eq!(&m[..3], &[0xff, 0xff, 0xe0]),
+        }
+    }
+
+    #[test]
+    fn padding_is_every_bit_outside_the_fields() {
+        // 16 bytes per layer, aligned: the fields leave padding in every word.
+        let l = Layout::per_layer_aligned(three_layer_registry().specs(), 3, 4).unwrap();
+        let n = l.header_len();
+        let mut mask = vec![0u8; n];
+        for &loc in l.locs() {
+            write_bits(&mut mask, loc, l.order(), u64::MAX);
+        }
+        assert!(l.padding_is_zero(&mask[..n]), "every field bit set");
+        for byte in 0..n {
+            for bit in 0..8 {
+                let mut h = vec![0u8; n];
+                h[byte] = 1 << bit;
+                let padding = mask[byte] & (1 << bit) == 0;
+                assert_eq!(l.padding_is_zero(&h), !padding, "byte {byte} bit {bit}");
+            }
         }
     }
 

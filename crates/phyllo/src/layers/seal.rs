@@ -199,8 +199,7 @@ impl Layer for Seal {
         let mut image = [0u8; MAX_HEADER];
         let ad = associated_data(pkt, &mut image);
         let (_, body) = pkt.split_mut();
-        match tx.seal_in_place_separate_tag(nonce_bytes(self.tx_counter), Aad::from(ad), body)
-        {
+        match tx.seal_in_place_separate_tag(nonce_bytes(self.tx_counter), Aad::from(ad), body) {
             Ok(tag) => {
                 pkt.msg_mut().extend_from_slice(tag.as_ref());
                 Verdict::Continue
