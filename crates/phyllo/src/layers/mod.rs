@@ -2,6 +2,7 @@
 
 mod checksum;
 mod frag;
+mod gcm;
 mod seal;
 mod window;
 
