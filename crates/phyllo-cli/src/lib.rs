@@ -5,6 +5,7 @@ pub mod aead;
 pub mod analyze_cmd;
 pub mod cmd;
 pub mod experiments;
+pub mod keys;
 pub mod measure;
 pub mod report;
 pub mod workload;

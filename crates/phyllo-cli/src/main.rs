@@ -1,6 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{aead, analyze_cmd, cmd, report, workload};
+use phyllo_cli::{aead, analyze_cmd, cmd, keys, report, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -30,10 +30,22 @@ enum Cmd {
     /// Seal and open messages with one AEAD implementation (run under callgrind by the
     /// report's `aead` experiment to count instructions per operation).
     Aead(aead::AeadArgs),
+    /// Generate a static key pair for sessions (FILE private, FILE.pub public).
+    Keygen(keys::KeygenArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Report(args) => report::main(&phyllo_cli::experiments::all(), args),
         Cmd::Rtt(args) => cmd::rtt(args),
@@ -42,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Analyze(args) => analyze_cmd::main(args),
         Cmd::CriticalPath(args) => cmd::critical_path(args),
         Cmd::Aead(args) => aead::main(args),
+        Cmd::Keygen(args) => keys::keygen(args),
     }
 }

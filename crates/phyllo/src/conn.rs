@@ -23,7 +23,7 @@
 
 use crate::accel::{AccelConfig, AccelStats, Accelerator};
 use crate::field::{ByteOrder, FieldLoc};
-use crate::layer::{InitCx, Role};
+use crate::layer::{DirectionKeys, InitCx, Role};
 pub use crate::layered::Stats;
 use crate::layered::{Bare, Core};
 use crate::layout::{FieldRegistry, Layout, LayoutError};
@@ -37,8 +37,11 @@ use thiserror::Error;
 pub struct Config {
     /// This end's role.
     pub role: Role,
-    /// Pre-shared key for `seal` (both ends must agree).
+    /// Pre-shared key for `seal` (both ends must agree), when no session keys are given.
     pub psk: [u8; 32],
+    /// Keys of a session from a handshake ([`crate::session`]): `seal` uses them, and every
+    /// session has its own ([`Config::with_session`]).
+    pub session: Option<DirectionKeys>,
     /// Largest application message accepted by [`Connection::send`].
     pub max_message: usize,
     /// Largest number of datagrams or deliveries waiting to be polled; beyond it the oldest
@@ -68,6 +71,7 @@ impl Config {
         Config {
             role,
             psk: *b"phyllo demo key: replace me!!!!!",
+            session: None,
             max_message: 1 << 20,
             max_queue: 4096,
             accelerate: false,
@@ -84,6 +88,16 @@ impl Config {
             accelerate: true,
             ..Config::new(role)
         }
+    }
+
+    /// The same keyed by the session `keys` (its role too).
+    pub fn with_session(mut self, keys: &crate::session::SessionKeys) -> Config {
+        self.role = keys.role;
+        self.session = Some(DirectionKeys {
+            initiator_to_responder: keys.initiator_to_responder,
+            responder_to_initiator: keys.responder_to_initiator,
+        });
+        self
     }
 
     /// The same with a pre-shared key.
@@ -149,6 +163,7 @@ impl<S: LayerSet> Connection<S> {
         let icx = InitCx {
             role: cfg.role,
             psk: cfg.psk,
+            session: cfg.session.clone(),
             max_message: cfg.max_message,
         };
         let mut reg = FieldRegistry::new();

@@ -35,10 +35,28 @@ pub enum Role {
 pub struct InitCx {
     /// This end's role.
     pub role: Role,
-    /// Pre-shared key for layers that need one (`seal`).
+    /// Pre-shared key for layers that need one (`seal`), when no session keys are given.
     pub psk: [u8; 32],
+    /// The session's keys from a handshake ([`crate::session`]); `seal` uses them instead
+    /// of keys derived from `psk`.
+    pub session: Option<DirectionKeys>,
     /// Largest application message the connection accepts.
     pub max_message: usize,
+}
+
+/// A session's two keys, one per direction.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DirectionKeys {
+    /// Key of the initiator-to-responder direction.
+    pub initiator_to_responder: [u8; 32],
+    /// Key of the responder-to-initiator direction.
+    pub responder_to_initiator: [u8; 32],
+}
+
+impl std::fmt::Debug for DirectionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectionKeys(<hidden>)")
+    }
 }
 
 /// Why a layer refused a packet. Counted per layer in the connection's statistics.

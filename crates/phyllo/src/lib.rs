@@ -22,6 +22,7 @@ pub mod layout;
 pub mod link;
 pub mod msg;
 mod ready;
+pub mod session;
 pub mod stack;
 pub mod time;
 

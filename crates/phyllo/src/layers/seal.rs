@@ -211,7 +211,10 @@ impl Layer for Seal {
 
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.nonce = Some(fields.add_field(FieldClass::ProtoSpecific, "nonce", 32, None));
-        let (i2r, r2i) = derive_keys(&cx.psk);
+        let (i2r, r2i) = match &cx.session {
+            Some(k) => (k.initiator_to_responder, k.responder_to_initiator),
+            None => derive_keys(&cx.psk),
+        };
         let (tx, rx) = match cx.role {
             Role::Initiator => (i2r, r2i),
             Role::Responder => (r2i, i2r),
