@@ -139,12 +139,11 @@ impl Accelerator {
     /// without a buffer of its own (a streaming sender's usual case).
     #[inline]
     pub(crate) fn send_bytes<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, data: &[u8]) {
+        self.last = now;
         if self.must_wait(core) {
-            self.last = now;
             self.backlog.push_bytes(data, core.pool());
             return;
         }
-        self.last = now;
         let m = core.pool().alloc_copy(data);
         self.send_one(core, now, m, false, 1);
     }
@@ -157,8 +156,8 @@ impl Accelerator {
     }
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
-    /// front of it. Inlined into each caller: called from two places, the compiler left
-    /// it out of line, which cost the usual send ~40 instructions.
+    /// front of it. Inlined into each caller: it is the body of the usual send, and out of
+    /// line it adds a call with spilled arguments to every one.
     #[inline(always)]
     fn send_one<S: LayerSet>(
         &mut self,
