@@ -9,12 +9,12 @@ use phyllo::{Config, Connection, Role, Time};
 fuzz_target!(|data: &[u8]| {
     let mut sealed = Connection::from_spec(
         "frag(1400):window(16):checksum:seal",
-        Config::new(Role::Responder),
+        Config::new(Role::Responder).with_psk([7; 32]),
     )
     .expect("valid spec");
     let mut accel = Connection::from_spec(
         "frag(1400):window(16):checksum:seal",
-        Config::accelerated(Role::Responder),
+        Config::accelerated(Role::Responder).with_psk([7; 32]),
     )
     .expect("valid spec");
     let mut plain = Connection::from_spec("frag(64):window(4)", Config::new(Role::Responder))

@@ -38,7 +38,9 @@ pub struct Config {
     /// This end's role.
     pub role: Role,
     /// Pre-shared key for `seal` (both ends must agree), when no session keys are given.
-    pub psk: [u8; 32],
+    /// None by default: a stack with `seal` needs [`Config::with_session`] or
+    /// [`Config::with_psk`] (or [`Config::pair`] for two ends in one process).
+    pub psk: Option<[u8; 32]>,
     /// Keys of a session from a handshake ([`crate::session`]): `seal` uses them, and every
     /// session has its own ([`Config::with_session`]).
     pub session: Option<DirectionKeys>,
@@ -70,7 +72,7 @@ impl Config {
     pub fn new(role: Role) -> Config {
         Config {
             role,
-            psk: *b"phyllo demo key: replace me!!!!!",
+            psk: None,
             session: None,
             max_message: 1 << 20,
             max_queue: 4096,
@@ -102,8 +104,20 @@ impl Config {
 
     /// The same with a pre-shared key.
     pub fn with_psk(mut self, psk: [u8; 32]) -> Config {
-        self.psk = psk;
+        self.psk = Some(psk);
         self
+    }
+
+    /// Two ends in one process (tests, benchmarks, experiments): an initiator and a
+    /// responder, accelerated or not, sharing a fresh random pre-shared key.
+    pub fn pair(accelerate: bool) -> Result<(Config, Config), BuildError> {
+        let mut psk = [0u8; 32];
+        getrandom::fill(&mut psk).map_err(|e| BuildError::Random(e.to_string()))?;
+        let mk = |role| Config {
+            accelerate,
+            ..Config::new(role).with_psk(psk)
+        };
+        Ok((mk(Role::Initiator), mk(Role::Responder)))
     }
 }
 
@@ -119,6 +133,12 @@ pub enum BuildError {
     /// A layer's packet-filter instructions do not verify.
     #[error("packet filter: {0}")]
     Filter(#[from] crate::filter::VerifyError),
+    /// A layer needs keys and the configuration has none.
+    #[error("layer `{0}` needs keys: Config::with_session (from a handshake) or Config::with_psk")]
+    NoKeys(&'static str),
+    /// The system's random source failed.
+    #[error("no randomness: {0}")]
+    Random(String),
 }
 
 /// The application's message was not accepted.
@@ -160,6 +180,11 @@ impl<S: LayerSet> Connection<S> {
     /// A connection over `layers`: with the accelerator, its compact layout; without, the
     /// traditional per-layer 4-byte-aligned one.
     pub fn new(layers: S, cfg: Config) -> Result<Connection<S>, BuildError> {
+        if cfg.session.is_none() && cfg.psk.is_none() {
+            if let Some(i) = (0..layers.count()).find(|&i| layers.needs_keys_at(i)) {
+                return Err(BuildError::NoKeys(layers.name_at(i)));
+            }
+        }
         let icx = InitCx {
             role: cfg.role,
             psk: cfg.psk,

@@ -9,7 +9,6 @@
 pub mod soak;
 
 use crate::conn::{BuildError, Config, Connection, SendError};
-use crate::layer::Role;
 use crate::link::memlink::{Faults, MemLink, Side};
 use crate::stack::{build_dyn, DynStack, LayerSet};
 use crate::time::{earliest, Time};
@@ -37,18 +36,20 @@ impl Pair<DynStack> {
 
     /// Both ends built from `spec`, over `link`.
     pub fn from_spec_with(spec: &str, link: MemLink) -> Result<Pair, BuildError> {
+        let (a, b) = Config::pair(false)?;
         Ok(Pair::new(
-            Connection::new(build_dyn(spec)?, Config::new(Role::Initiator))?,
-            Connection::new(build_dyn(spec)?, Config::new(Role::Responder))?,
+            Connection::new(build_dyn(spec)?, a)?,
+            Connection::new(build_dyn(spec)?, b)?,
             link,
         ))
     }
 
     /// Both ends from `spec` with the Protocol Accelerator on, over `link`.
     pub fn accelerated(spec: &str, link: MemLink) -> Result<Pair, BuildError> {
+        let (a, b) = Config::pair(true)?;
         Ok(Pair::new(
-            Connection::new(build_dyn(spec)?, Config::accelerated(Role::Initiator))?,
-            Connection::new(build_dyn(spec)?, Config::accelerated(Role::Responder))?,
+            Connection::new(build_dyn(spec)?, a)?,
+            Connection::new(build_dyn(spec)?, b)?,
             link,
         ))
     }

@@ -36,7 +36,7 @@ pub struct InitCx {
     /// This end's role.
     pub role: Role,
     /// Pre-shared key for layers that need one (`seal`), when no session keys are given.
-    pub psk: [u8; 32],
+    pub psk: Option<[u8; 32]>,
     /// The session's keys from a handshake ([`crate::session`]); `seal` uses them instead
     /// of keys derived from `psk`.
     pub session: Option<DirectionKeys>,
@@ -555,6 +555,12 @@ pub trait Layer: Send {
         false
     }
 
+    /// Whether the layer needs keys ([`InitCx::session`] or [`InitCx::psk`]); a connection
+    /// with neither refuses to build ([`crate::conn::BuildError::NoKeys`]).
+    fn needs_keys(&self) -> bool {
+        false
+    }
+
     /// Whether post-send wants a copy of the message as it left this layer (retransmission):
     /// the fast path, which skips pre-send, takes it for the layer.
     fn wants_copy(&self) -> bool {
@@ -611,6 +617,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn transforms_body(&self) -> bool {
         (**self).transforms_body()
+    }
+    fn needs_keys(&self) -> bool {
+        (**self).needs_keys()
     }
     fn wants_copy(&self) -> bool {
         (**self).wants_copy()

@@ -54,6 +54,8 @@ pub trait LayerSet {
     fn transforms_body_at(&self, i: usize) -> bool;
     /// [`Layer::wants_copy`] of layer `i`.
     fn wants_copy_at(&self, i: usize) -> bool;
+    /// [`Layer::needs_keys`] of layer `i`.
+    fn needs_keys_at(&self, i: usize) -> bool;
 }
 
 /// The dynamic stack.
@@ -117,6 +119,9 @@ impl LayerSet for DynStack {
     fn wants_copy_at(&self, i: usize) -> bool {
         self[i].wants_copy()
     }
+    fn needs_keys_at(&self, i: usize) -> bool {
+        self[i].needs_keys()
+    }
 }
 
 /// The end of a static stack.
@@ -154,6 +159,9 @@ impl LayerSet for () {
         false
     }
     fn wants_copy_at(&self, _: usize) -> bool {
+        false
+    }
+    fn needs_keys_at(&self, _: usize) -> bool {
         false
     }
 }
@@ -273,6 +281,13 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.wants_copy()
         } else {
             self.1.wants_copy_at(i - 1)
+        }
+    }
+    fn needs_keys_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.needs_keys()
+        } else {
+            self.1.needs_keys_at(i - 1)
         }
     }
 }

@@ -89,8 +89,9 @@ fn event_loop(
         Config::new
     };
     let mut link = link;
-    let mut a = Connection::from_spec(spec, config(Role::Initiator)).unwrap();
-    let mut b = Connection::from_spec(spec, config(Role::Responder)).unwrap();
+    let key = common::TEST_KEY;
+    let mut a = Connection::from_spec(spec, config(Role::Initiator).with_psk(key)).unwrap();
+    let mut b = Connection::from_spec(spec, config(Role::Responder).with_psk(key)).unwrap();
     let mut now = Time::ZERO;
     let mut next = 0;
     let mut got = Vec::new();

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use phyllo::harness::Pair;
 use phyllo::link::memlink::MemLink;
+use phyllo::{Config, Connection, Role};
 
 #[test]
 fn dynamic_and_static_stacks_are_byte_identical() {
@@ -17,7 +18,12 @@ fn dynamic_and_static_stacks_are_byte_identical() {
             .enumerate()
             .map(|(i, n)| payload(i, n))
             .collect();
-        let mut dynamic = Pair::from_spec_with(SPEC4, MemLink::new(f.clone(), seed)).unwrap();
+        let end = |role| Connection::from_spec(SPEC4, Config::new(role).with_psk(TEST_KEY));
+        let mut dynamic = Pair::new(
+            end(Role::Initiator).unwrap(),
+            end(Role::Responder).unwrap(),
+            MemLink::new(f.clone(), seed),
+        );
         let mut stat = static_pair(MemLink::new(f, seed));
         dynamic.wire = Some(Vec::new());
         stat.wire = Some(Vec::new());

@@ -330,8 +330,8 @@ fn run(spec: &str, accelerated: bool, faults: &Faults, seed: u64, msgs: &[Vec<u8
     let (sa, a) = build(spec);
     let (sb, b) = build(spec);
     let mut pair = Pair::new(
-        Connection::new(sa, config(Role::Initiator)).unwrap(),
-        Connection::new(sb, config(Role::Responder)).unwrap(),
+        Connection::new(sa, config(Role::Initiator).with_psk(common::TEST_KEY)).unwrap(),
+        Connection::new(sb, config(Role::Responder).with_psk(common::TEST_KEY)).unwrap(),
         MemLink::new(faults.clone(), seed),
     );
     let mut out = Outcome {

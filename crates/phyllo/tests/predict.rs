@@ -82,8 +82,16 @@ fn pair(claims: bool) -> Pair {
         ]
     };
     Pair::new(
-        Connection::new(stack(), Config::accelerated(Role::Initiator)).unwrap(),
-        Connection::new(stack(), Config::accelerated(Role::Responder)).unwrap(),
+        Connection::new(
+            stack(),
+            Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
+        )
+        .unwrap(),
+        Connection::new(
+            stack(),
+            Config::accelerated(Role::Responder).with_psk(TEST_KEY),
+        )
+        .unwrap(),
         MemLink::perfect(),
     )
 }

@@ -4,11 +4,12 @@ use phyllo::layer::DropReason;
 use phyllo::{Config, Connection, Role, Time};
 
 const SPEC: &str = "window(16):seal";
+const KEY: [u8; 32] = [0x5a; 32];
 
 fn pair() -> (phyllo::DynConnection, phyllo::DynConnection) {
     (
-        Connection::from_spec(SPEC, Config::new(Role::Initiator)).unwrap(),
-        Connection::from_spec(SPEC, Config::new(Role::Responder)).unwrap(),
+        Connection::from_spec(SPEC, Config::new(Role::Initiator).with_psk(KEY)).unwrap(),
+        Connection::from_spec(SPEC, Config::new(Role::Responder).with_psk(KEY)).unwrap(),
     )
 }
 
@@ -50,7 +51,7 @@ fn tampered_packets_are_rejected_and_counted() {
 
 #[test]
 fn wrong_key_is_rejected() {
-    let mut a = Connection::from_spec(SPEC, Config::new(Role::Initiator)).unwrap();
+    let mut a = Connection::from_spec(SPEC, Config::new(Role::Initiator).with_psk(KEY)).unwrap();
     let mut b =
         Connection::from_spec(SPEC, Config::new(Role::Responder).with_psk([9; 32])).unwrap();
     a.send(Time(0), b"x").unwrap();
@@ -58,4 +59,15 @@ fn wrong_key_is_rejected() {
     b.handle_datagram(Time(1), d.data());
     assert!(b.poll_delivery().is_none());
     assert_eq!(b.stats().drops(DropReason::Auth), 1);
+}
+
+#[test]
+fn a_sealed_stack_without_keys_is_refused_by_name() {
+    let Err(e) = Connection::from_spec(SPEC, Config::new(Role::Initiator)) else {
+        panic!("a sealed stack without keys was built");
+    };
+    assert!(matches!(e, phyllo::conn::BuildError::NoKeys("seal")), "{e}");
+    assert!(e.to_string().contains("`seal` needs keys"));
+    // Without `seal`, no keys are needed.
+    assert!(Connection::from_spec("window(16)", Config::new(Role::Initiator)).is_ok());
 }

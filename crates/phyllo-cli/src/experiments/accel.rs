@@ -60,8 +60,10 @@ impl Experiment for Accel {
             rows: vec![],
         };
         for spec in [SPEC3, SPEC4] {
-            let plain = Connection::from_spec(spec, Config::new(Role::Initiator))?;
-            let fast = Connection::from_spec(spec, Config::accelerated(Role::Initiator))?;
+            let key = crate::measure::process_key();
+            let plain = Connection::from_spec(spec, Config::new(Role::Initiator).with_psk(key))?;
+            let fast =
+                Connection::from_spec(spec, Config::accelerated(Role::Initiator).with_psk(key))?;
             let compact = fast.data_header_bytes();
             let first = compact + fast.layout().conn_id_len();
             hdr.rows.push(vec![

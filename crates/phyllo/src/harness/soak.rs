@@ -178,6 +178,8 @@ fn connections(
     s: &Schedule,
     rng: &mut impl Rng,
 ) -> Result<(Connection<DynStack>, Connection<DynStack>), BuildError> {
+    // The key comes from the schedule's seed too, so a run replays byte for byte.
+    let psk: [u8; 32] = rng.random();
     let mut config = |role| {
         let mut c = if s.accelerated {
             Config::accelerated(role)
@@ -185,7 +187,7 @@ fn connections(
             Config::new(role)
         };
         c.cookie = Some(rng.random());
-        c
+        c.with_psk(psk)
     };
     let (ca, cb) = (config(Role::Initiator), config(Role::Responder));
     Ok((

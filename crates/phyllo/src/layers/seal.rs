@@ -211,9 +211,24 @@ impl Layer for Seal {
 
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.nonce = Some(fields.add_field(FieldClass::ProtoSpecific, "nonce", 32, None));
-        let (i2r, r2i) = match &cx.session {
-            Some(k) => (k.initiator_to_responder, k.responder_to_initiator),
-            None => derive_keys(&cx.psk),
+        // A connection refuses to build without keys (`needs_keys`). A caller that
+        // initialises the layer by hand without them gets random keys nobody holds: what it
+        // seals no one can open, and it accepts nothing.
+        let (i2r, r2i) = match (&cx.session, &cx.psk) {
+            (Some(k), _) => (k.initiator_to_responder, k.responder_to_initiator),
+            (None, Some(psk)) => derive_keys(psk),
+            (None, None) => {
+                let mut k = [0u8; 64];
+                if getrandom::fill(&mut k).is_err() {
+                    // No keys at all: the pre-phases then drop everything.
+                    return;
+                }
+                let (a, b) = k.split_at(32);
+                (
+                    a.try_into().unwrap_or_default(),
+                    b.try_into().unwrap_or_default(),
+                )
+            }
         };
         let (tx, rx) = match cx.role {
             Role::Initiator => (i2r, r2i),
@@ -226,8 +241,12 @@ impl Layer for Seal {
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let (Some(h), Some(tx)) = (self.nonce, &self.tx) else {
+        let Some(h) = self.nonce else {
             return Verdict::Continue;
+        };
+        // Never in the clear: without a key nothing leaves.
+        let Some(tx) = &self.tx else {
+            return Verdict::Drop(DropReason::Auth);
         };
         pkt.set(h, self.tx_counter);
         let mut image = [0u8; MAX_HEADER];
@@ -257,8 +276,11 @@ impl Layer for Seal {
     }
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let (Some(h), Some(rx)) = (self.nonce, &self.rx) else {
+        let Some(h) = self.nonce else {
             return Verdict::Continue;
+        };
+        let Some(rx) = &self.rx else {
+            return Verdict::Drop(DropReason::Auth);
         };
         if pkt.body().len() < TAG_LEN {
             return Verdict::Drop(DropReason::Truncated);
@@ -292,6 +314,10 @@ impl Layer for Seal {
     }
 
     fn transforms_body(&self) -> bool {
+        true
+    }
+
+    fn needs_keys(&self) -> bool {
         true
     }
 

@@ -10,6 +10,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Duration;
 
+/// The tests' pre-shared key (both ends of every test pair; nothing outside the tests).
+pub const TEST_KEY: [u8; 32] = [0x5a; 32];
+
 /// The 4-layer stack as a spec.
 pub const SPEC4: &str = "frag(1400):window(16):checksum:seal";
 
@@ -34,8 +37,8 @@ pub fn static_pair(link: MemLink) -> Pair<Static4> {
 /// A static pair over `link`, each end configured by `config` (e.g. `Config::accelerated`).
 pub fn static_pair_with(link: MemLink, config: fn(Role) -> Config) -> Pair<Static4> {
     Pair::new(
-        Connection::new(static4(), config(Role::Initiator)).unwrap(),
-        Connection::new(static4(), config(Role::Responder)).unwrap(),
+        Connection::new(static4(), config(Role::Initiator).with_psk(TEST_KEY)).unwrap(),
+        Connection::new(static4(), config(Role::Responder).with_psk(TEST_KEY)).unwrap(),
         link,
     )
 }
