@@ -321,6 +321,17 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
+    /// Datagrams refused so far, for any reason (the stack's drops and the accelerator's
+    /// refusals): a datagram was accepted iff this did not grow while it was handled.
+    pub(crate) fn refusals(&self) -> u64 {
+        let s = self.core.stats();
+        s.input_drops()
+            + self.pa.as_ref().map_or(0, |pa| {
+                let a = pa.stats();
+                a.unknown_cookie + a.unknown_conn + a.bad_packing + a.truncated
+            })
+    }
+
     /// Handle a datagram from the link (copied into a pooled buffer).
     pub fn handle_datagram(&mut self, now: Time, data: &[u8]) {
         let m = self.core.pool().alloc_copy(data);

@@ -34,6 +34,8 @@ pub struct EndpointStats {
     pub ambiguous: u64,
     /// Connections accepted.
     pub accepted: u64,
+    /// Datagrams with the identification that their connection refused (nothing learnt).
+    pub refused: u64,
 }
 
 /// Accelerated connections multiplexed by cookie (sans-IO).
@@ -83,43 +85,66 @@ impl<S: LayerSet> Endpoint<S> {
     }
 
     /// Route a datagram to its connection; returns the connection's index, or `None` if it
-    /// was counted and dropped here.
+    /// was counted and dropped here or refused by the connection.
+    ///
+    /// A datagram with the identification may teach the endpoint something (a new peer, a
+    /// cookie, a collision); it does only once its connection has accepted it — for a sealed
+    /// stack, authenticated it. A forged one that names a live connection's cookie with a
+    /// made-up identification therefore changes nothing: the connection made for it is
+    /// dropped again, and no cookie is marked ambiguous.
     pub fn handle_datagram(&mut self, now: Time, d: &[u8]) -> Option<usize> {
         let Ok(pre) = Preamble::read(d) else {
             self.stats.truncated += 1;
             return None;
         };
-        let idx = if pre.conn_id_present {
-            let idx = self.by_identification(d, pre)?;
-            match self.by_cookie.get(&pre.cookie) {
-                Some(&j) if j != idx => self.collide(pre.cookie, j, idx),
-                Some(_) => {}
-                None if !self.ambiguous.contains(&pre.cookie) => {
-                    self.by_cookie.insert(pre.cookie, idx);
-                }
-                None => self.conns[idx].block_cookie_ack(),
-            }
-            idx
-        } else if self.ambiguous.contains(&pre.cookie) {
-            self.stats.ambiguous += 1;
-            return None;
-        } else if let Some(&i) = self.by_cookie.get(&pre.cookie) {
-            i
-        } else {
-            self.stats.unknown_cookie += 1;
-            return None;
-        };
+        if !pre.conn_id_present {
+            let idx = if self.ambiguous.contains(&pre.cookie) {
+                self.stats.ambiguous += 1;
+                return None;
+            } else if let Some(&i) = self.by_cookie.get(&pre.cookie) {
+                i
+            } else {
+                self.stats.unknown_cookie += 1;
+                return None;
+            };
+            self.conns[idx].handle_datagram(now, d);
+            return Some(idx);
+        }
+        let (ident, idx, fresh) = self.by_identification(d, pre)?;
+        let before = self.conns[idx].refusals();
         self.conns[idx].handle_datagram(now, d);
+        if self.conns[idx].refusals() != before {
+            // Refused: whatever it would have taught is not learnt.
+            if fresh && idx + 1 == self.conns.len() {
+                self.conns.pop();
+                self.stats.accepted -= 1;
+            }
+            self.stats.refused += 1;
+            return None;
+        }
+        self.by_ident.insert(ident, idx);
+        match self.by_cookie.get(&pre.cookie) {
+            Some(&j) if j != idx => self.collide(pre.cookie, j, idx),
+            Some(_) => {}
+            None if !self.ambiguous.contains(&pre.cookie) => {
+                self.by_cookie.insert(pre.cookie, idx);
+            }
+            None => self.conns[idx].block_cookie_ack(),
+        }
         Some(idx)
     }
 
-    fn by_identification(&mut self, d: &[u8], pre: Preamble) -> Option<usize> {
+    /// The connection a datagram with the identification is for: (identification, index,
+    /// whether the connection was made for it). Learns nothing.
+    fn by_identification(&mut self, d: &[u8], pre: Preamble) -> Option<(u64, usize, bool)> {
         // Any connection tells the layout (all share one stack); a listening endpoint with
         // none yet makes its first.
+        let mut fresh = false;
         if self.conns.is_empty() {
             let c = self.accept_new()?;
             self.conns.push(c);
             self.stats.accepted += 1;
+            fresh = true;
         }
         let (cid, loc) = {
             let c = &self.conns[0];
@@ -127,18 +152,21 @@ impl<S: LayerSet> Endpoint<S> {
         };
         let Some(idbytes) = d.get(PREAMBLE_LEN..PREAMBLE_LEN + cid) else {
             self.stats.truncated += 1;
+            if fresh {
+                self.conns.pop();
+                self.stats.accepted -= 1;
+            }
             return None;
         };
         let ident = loc.map_or(0, |l| read_bits(idbytes, l, pre.order));
         if let Some(&i) = self.by_ident.get(&ident) {
-            return Some(i);
+            return Some((ident, i, false));
         }
         // A connection that has not learnt its identification yet (a fresh responder).
         if let Some(i) = (0..self.conns.len()).find(|&i| {
             self.conns[i].conn_ident().is_none() && !self.by_ident.values().any(|&v| v == i)
         }) {
-            self.by_ident.insert(ident, i);
-            return Some(i);
+            return Some((ident, i, fresh));
         }
         if self.conns.len() >= self.max_conns {
             self.stats.unknown_conn += 1;
@@ -147,8 +175,7 @@ impl<S: LayerSet> Endpoint<S> {
         let c = self.accept_new()?;
         self.conns.push(c);
         self.stats.accepted += 1;
-        self.by_ident.insert(ident, self.conns.len() - 1);
-        Some(self.conns.len() - 1)
+        Some((ident, self.conns.len() - 1, true))
     }
 
     fn accept_new(&mut self) -> Option<Connection<S>> {
