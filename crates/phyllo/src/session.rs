@@ -70,7 +70,8 @@ pub enum HandshakeError {
 impl From<snow::Error> for HandshakeError {
     fn from(e: snow::Error) -> Self {
         match e {
-            snow::Error::Decrypt => HandshakeError::Auth,
+            // A damaged ephemeral key fails the Diffie-Hellman step, like a damaged tag.
+            snow::Error::Decrypt | snow::Error::Dh => HandshakeError::Auth,
             snow::Error::Input => HandshakeError::Malformed,
             other => HandshakeError::BadKey(other.to_string()),
         }
@@ -89,12 +90,14 @@ fn params() -> NoiseParams {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PublicKey(pub [u8; 32]);
 
+/// 32 bytes as 64 hexadecimal digits.
+fn hex(bytes: &[u8; 32]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(&hex(&self.0))
     }
 }
 
@@ -185,7 +188,7 @@ impl StaticKey {
 
     /// The private half as 64 hexadecimal digits (for a key file).
     pub fn private_hex(&self) -> String {
-        PublicKey(self.private).to_string()
+        hex(&self.private)
     }
 }
 
