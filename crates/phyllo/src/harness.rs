@@ -76,6 +76,21 @@ impl<S: LayerSet> Pair<S> {
     /// One round of work at the current instant; if there was none, advance the clock to the
     /// next event. Returns `false` when nothing at all is pending.
     pub fn step(&mut self) -> bool {
+        if self.pump() {
+            return true;
+        }
+        match self.next_event() {
+            Some(t) => {
+                self.now = self.now.max(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One round of work at the current instant, the clock left as it is: datagrams onto
+    /// the link and off it, deferred post-processing, due timers. Whether anything was done.
+    pub fn pump(&mut self) -> bool {
         let mut worked = false;
         // A's link borrows its datagrams (`transmit_with`, as the UDP driver does), B's takes
         // them (`poll_transmit`): every test runs both ways a driver may hand datagrams over.
@@ -126,20 +141,15 @@ impl<S: LayerSet> Pair<S> {
             self.b.handle_timeout(self.now);
             worked = true;
         }
-        if worked {
-            return true;
-        }
-        let next = earliest(
+        worked
+    }
+
+    /// The next instant anything is due: a datagram's arrival or a connection's deadline.
+    pub fn next_event(&self) -> Option<Time> {
+        earliest(
             self.link.next_arrival(),
             earliest(self.a.poll_timeout(), self.b.poll_timeout()),
-        );
-        match next {
-            Some(t) => {
-                self.now = self.now.max(t);
-                true
-            }
-            None => false,
-        }
+        )
     }
 
     /// Step until nothing is pending or `max_steps` steps were taken; `true` if idle.

@@ -15,9 +15,10 @@
 //! `handle_datagram`, `poll_delivery`, and `post_process` whenever `needs_post_process` says
 //! so between rounds (the application is idle then).
 
+use super::Pair;
 use crate::conn::{BuildError, Config, Connection};
 use crate::layer::Role;
-use crate::link::memlink::{Faults, MemLink, Side};
+use crate::link::memlink::{Faults, MemLink};
 use crate::stack::{build_dyn, DynStack};
 use crate::time::{earliest, Time};
 use rand::{Rng, SeedableRng};
@@ -196,13 +197,9 @@ fn connections(
     ))
 }
 
-/// The driver's state: the two ends, the link, the clock, the application's progress.
+/// The driver's state: the two ends over their link ([`Pair`]), the application's progress.
 struct Driver {
-    a: Connection<DynStack>,
-    b: Connection<DynStack>,
-    link: MemLink,
-    now: Time,
-    buf: Vec<u8>,
+    pair: Pair,
     msgs: Vec<(Time, Vec<u8>)>,
     next_send: usize,
     delivered: usize,
@@ -212,17 +209,18 @@ struct Driver {
 impl Driver {
     /// Datagrams both ends have handed to the link.
     fn datagrams(&self) -> u64 {
-        self.link.stats().sent
+        self.pair.link.stats().sent
     }
 
     /// Send what is due, if the connection takes it.
     fn app_send(&mut self) -> bool {
+        let p = &mut self.pair;
         let mut worked = false;
         while let Some((at, data)) = self.msgs.get(self.next_send) {
-            if *at > self.now || !self.a.can_send() {
+            if *at > p.now || !p.a.can_send() {
                 break;
             }
-            if self.a.send(self.now, data).is_err() {
+            if p.a.send(p.now, data).is_err() {
                 break;
             }
             self.next_send += 1;
@@ -234,7 +232,7 @@ impl Driver {
     /// Take B's deliveries and check each against the next message sent.
     fn app_receive(&mut self) -> bool {
         let mut worked = false;
-        while let Some(m) = self.b.poll_delivery() {
+        while let Some(m) = self.pair.b.poll_delivery() {
             worked = true;
             match self.msgs.get(self.delivered) {
                 Some((_, want)) if self.delivered < self.next_send && m.data() == &want[..] => {
@@ -242,7 +240,7 @@ impl Driver {
                 }
                 _ => self.wrong = true,
             }
-            self.b.recycle(m);
+            self.pair.b.recycle(m);
         }
         worked
     }
@@ -250,58 +248,20 @@ impl Driver {
     /// One round at the current instant; if there was nothing to do, advance the clock to the
     /// next event no later than `until`. `false` when nothing is pending before `until`.
     fn step(&mut self, until: Time) -> bool {
-        let mut worked = self.app_send();
-        let (link, now) = (&mut self.link, self.now);
-        while self.a.transmit_ready() > 0 {
-            let lent = self.a.transmit_with(usize::MAX, |queued| {
-                for m in queued {
-                    link.send(Side::A, now, m.data());
-                }
-                Ok::<_, std::convert::Infallible>(queued.len())
-            });
-            worked |= lent.is_ok_and(|n| n > 0);
-        }
-        while let Some(m) = self.b.poll_transmit() {
-            self.link.send(Side::B, self.now, m.data());
-            self.b.recycle(m);
-            worked = true;
-        }
-        while self.link.recv_into(Side::B, self.now, &mut self.buf) {
-            self.b.handle_datagram(self.now, &self.buf);
-            worked = true;
-        }
-        while self.link.recv_into(Side::A, self.now, &mut self.buf) {
-            self.a.handle_datagram(self.now, &self.buf);
-            worked = true;
-        }
-        worked |= self.app_receive();
-        // The application is idle between rounds: deferred post-processing runs now.
-        for c in [&mut self.a, &mut self.b] {
-            if c.needs_post_process() {
-                c.post_process(self.now);
-                worked = true;
-            }
-            if c.poll_timeout().is_some_and(|t| t <= self.now) {
-                c.handle_timeout(self.now);
-                worked = true;
-            }
-        }
+        let worked = self.app_send() | self.pair.pump() | self.app_receive();
         if worked {
             return true;
         }
         // A message held back by a full connection waits for the connection's own events.
+        let now = self.pair.now;
         let app = self
             .msgs
             .get(self.next_send)
             .map(|(t, _)| *t)
-            .filter(|t| *t > self.now);
-        let next = earliest(
-            earliest(self.link.next_arrival(), app),
-            earliest(self.a.poll_timeout(), self.b.poll_timeout()),
-        );
-        match next {
+            .filter(|t| *t > now);
+        match earliest(self.pair.next_event(), app) {
             Some(t) if t <= until => {
-                self.now = self.now.max(t);
+                self.pair.now = now.max(t);
                 true
             }
             _ => false,
@@ -318,16 +278,16 @@ impl Driver {
             rounds += 1;
         }
         if !stop_when_done {
-            self.now = self.now.max(until);
+            self.pair.now = self.pair.now.max(until);
         }
         self.done()
     }
 
     fn done(&self) -> bool {
         self.delivered == self.msgs.len()
-            && self.a.is_idle()
-            && self.b.is_idle()
-            && self.link.in_flight() == 0
+            && self.pair.a.is_idle()
+            && self.pair.b.is_idle()
+            && self.pair.link.in_flight() == 0
     }
 }
 
@@ -361,11 +321,7 @@ pub fn run(s: &Schedule, cfg: &SoakConfig) -> Result<RunReport, BuildError> {
         .collect();
     let base = faults.delay;
     let mut d = Driver {
-        a,
-        b,
-        link: MemLink::new(faults, s.seed),
-        now: Time::ZERO,
-        buf: Vec::with_capacity(2048),
+        pair: Pair::new(a, b, MemLink::new(faults, s.seed)),
         msgs,
         next_send: 0,
         delivered: 0,
@@ -379,18 +335,18 @@ pub fn run(s: &Schedule, cfg: &SoakConfig) -> Result<RunReport, BuildError> {
         loss: 1.0,
         ..Faults::none(base)
     };
-    d.link.set_faults(dark);
-    let half = d.now + cfg.blackout / 2;
+    d.pair.link.set_faults(dark);
+    let half = d.pair.now + cfg.blackout / 2;
     d.run(half, false);
     let early = d.datagrams() - after_faults;
-    let healed_at = d.now + cfg.blackout / 2;
+    let healed_at = d.pair.now + cfg.blackout / 2;
     d.run(healed_at, false);
     let late = d.datagrams() - after_faults - early;
     let half_secs = (cfg.blackout / 2).as_secs_f64();
     let backed_off =
         (late as f64) <= cfg.max_blackout_rate * half_secs && (late <= early || late <= 2);
 
-    d.link.set_faults(Faults::none(base));
+    d.pair.link.set_faults(Faults::none(base));
     let before_heal = d.datagrams();
     let finished = d.run(healed_at + cfg.settle_bound, true);
     let outcome = if d.wrong {
@@ -409,7 +365,7 @@ pub fn run(s: &Schedule, cfg: &SoakConfig) -> Result<RunReport, BuildError> {
         datagrams_blackout: (early, late),
         datagrams_healed: d.datagrams() - before_heal,
         backed_off,
-        heal_to_done: (outcome == Outcome::Pass).then(|| d.now.since(healed_at)),
+        heal_to_done: (outcome == Outcome::Pass).then(|| d.pair.now.since(healed_at)),
     })
 }
 
