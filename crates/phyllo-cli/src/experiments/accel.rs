@@ -429,22 +429,16 @@ fn knee_sweep(quick: bool) -> anyhow::Result<KneeSweep> {
         ("sealed", SPEC4, false),
         ("sealed", SPEC4, true),
     ];
-    let name =
-        |v: &(&str, &str, bool)| format!("{} {}", v.0, if v.2 { "accelerated" } else { "layered" });
-    let mut latency: Vec<Series> = variants
-        .iter()
-        .map(|v| Series {
-            name: name(v),
-            points: vec![],
-        })
-        .collect();
-    let mut achieved: Vec<Series> = variants
-        .iter()
-        .map(|v| Series {
-            name: name(v),
-            points: vec![],
-        })
-        .collect();
+    let series = || -> Vec<Series> {
+        variants
+            .iter()
+            .map(|v| Series {
+                name: format!("{} {}", v.0, if v.2 { "accelerated" } else { "layered" }),
+                points: vec![],
+            })
+            .collect()
+    };
+    let (mut latency, mut achieved) = (series(), series());
     for &rate in &rates {
         let rounds = ((rate * seconds) as usize).max(200);
         let pace = Duration::from_secs_f64(1.0 / rate);

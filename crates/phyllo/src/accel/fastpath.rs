@@ -213,15 +213,9 @@ impl Accelerator {
                 self.send_missed(core, now, m, why, msgs);
                 return;
             }
-        } else {
-            let (h, b) = m.data_mut().split_at_mut(hl);
-            let verdict = self
-                .filters
-                .send(&mut FilterCtx::send(h, core.layout().order(), b));
-            if let Some(why) = send_miss(verdict) {
-                self.send_missed(core, now, m, why, msgs);
-                return;
-            }
+        } else if let Some(why) = self.send_filter(&mut m, core.layout().order()) {
+            self.send_missed(core, now, m, why, msgs);
+            return;
         }
         self.stats.fast_send_msgs += msgs;
         match self.shape.reclaim_layer {
@@ -253,12 +247,14 @@ impl Accelerator {
             core.free_kept();
             return Some(Miss::Unpredicted);
         }
-        let hl = self.header_len;
-        let (h, b) = m.data_mut().split_at_mut(hl);
-        send_miss(
-            self.filters
-                .send(&mut FilterCtx::send(h, core.layout().order(), b)),
-        )
+        self.send_filter(m, core.layout().order())
+    }
+
+    /// Run the send filter on `m` (header area and body); `None` when it passes.
+    #[inline(always)]
+    fn send_filter(&self, m: &mut Msg, order: ByteOrder) -> Option<Miss> {
+        let (h, b) = m.data_mut().split_at_mut(self.header_len);
+        send_miss(self.filters.send(&mut FilterCtx::send(h, order, b)))
     }
 
     /// Set the packed bit of a send's header area (the prediction says "not packed": a

@@ -176,17 +176,28 @@ impl Gcm {
         a
     }
 
-    /// XOR `data` with the keystream of `counter`, starting at its first block: from `ahead`
-    /// where it holds that counter's, computed for the rest. Returns the tag mask.
-    fn apply(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) -> [u8; 16] {
-        let (mask, pre): ([u8; 16], &[u8]) = match ahead {
-            Some(a) if a.counter == counter => (a.mask, &a.stream),
-            _ => {
+    /// The work `ahead` holds, if it is for `counter`.
+    #[inline(always)]
+    fn ahead_for(ahead: Option<&Ahead>, counter: u64) -> Option<&Ahead> {
+        ahead.filter(|a| a.counter == counter)
+    }
+
+    /// The tag mask AES(K, J0) of `counter`: from `ahead` where it holds that counter's.
+    fn mask(&self, ahead: Option<&Ahead>, counter: u64) -> [u8; 16] {
+        match Self::ahead_for(ahead, counter) {
+            Some(a) => a.mask,
+            None => {
                 let mut j0 = counter_block(counter, 1);
                 self.aes.encrypt_block(&mut j0);
-                (j0.into(), &[])
+                j0.into()
             }
-        };
+        }
+    }
+
+    /// XOR `data` with the keystream of `counter`, starting at its first block: from `ahead`
+    /// where it holds that counter's, computed for the rest.
+    fn apply(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
+        let pre: &[u8] = Self::ahead_for(ahead, counter).map_or(&[], |a| &a.stream);
         let n = data.len().min(pre.len());
         for (d, k) in data[..n].iter_mut().zip(pre) {
             *d ^= k;
@@ -206,7 +217,6 @@ impl Gcm {
                 *d ^= k;
             }
         }
-        mask
     }
 
     /// GHASH of the associated data and the ciphertext, XOR `mask`: the tag.
@@ -263,8 +273,8 @@ impl Gcm {
         if data.len() as u64 > MAX_LEN {
             return Err(TooLong);
         }
-        let mask = self.apply(ahead, counter, data);
-        Ok(self.tag(ad, data, &mask))
+        self.apply(ahead, counter, data);
+        Ok(self.tag(ad, data, &self.mask(ahead, counter)))
     }
 
     /// Check `tag` over `ad` and the ciphertext `data` under the nonce of `counter` and, if
@@ -280,15 +290,7 @@ impl Gcm {
         if data.len() as u64 > MAX_LEN {
             return false;
         }
-        let mask = match ahead {
-            Some(a) if a.counter == counter => a.mask,
-            _ => {
-                let mut j0 = counter_block(counter, 1);
-                self.aes.encrypt_block(&mut j0);
-                j0.into()
-            }
-        };
-        if !bool::from(self.tag(ad, data, &mask).ct_eq(tag)) {
+        if !bool::from(self.tag(ad, data, &self.mask(ahead, counter)).ct_eq(tag)) {
             return false;
         }
         self.apply(ahead, counter, data);
