@@ -211,24 +211,12 @@ impl Layer for Seal {
 
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.nonce = Some(fields.add_field(FieldClass::ProtoSpecific, "nonce", 32, None));
-        // A connection refuses to build without keys (`needs_keys`). A caller that
-        // initialises the layer by hand without them gets random keys nobody holds: what it
-        // seals no one can open, and it accepts nothing.
+        // A connection refuses to build without keys (`needs_keys`); a layer initialised by
+        // hand without them keeps none, and its pre-phases drop everything.
         let (i2r, r2i) = match (&cx.session, &cx.psk) {
             (Some(k), _) => (k.initiator_to_responder, k.responder_to_initiator),
             (None, Some(psk)) => derive_keys(psk),
-            (None, None) => {
-                let mut k = [0u8; 64];
-                if getrandom::fill(&mut k).is_err() {
-                    // No keys at all: the pre-phases then drop everything.
-                    return;
-                }
-                let (a, b) = k.split_at(32);
-                (
-                    a.try_into().unwrap_or_default(),
-                    b.try_into().unwrap_or_default(),
-                )
-            }
+            (None, None) => return,
         };
         let (tx, rx) = match cx.role {
             Role::Initiator => (i2r, r2i),
