@@ -587,7 +587,7 @@ impl Accelerator {
     /// Unpack a fast-path delivery's packed body to the application.
     #[inline(never)]
     fn deliver_packed<S: LayerSet>(&mut self, core: &mut Core<S>, body: Msg) {
-        match self.unpacker.count(body.data()) {
+        match pack::count(body.data()) {
             Some(count) => {
                 self.stats.fast_deliver_msgs += count as u64;
                 core.deliver_several(body, count, pack::split);

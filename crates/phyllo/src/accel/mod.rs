@@ -47,7 +47,7 @@ use cookie::Ident;
 use deferred::Pending;
 use fastpath::Shape;
 use filters::Filters;
-use pack::{Backlog, Unpacker};
+use pack::Backlog;
 use predict::Predictions;
 
 /// How long after an operation its deferred post-processing falls due in
@@ -81,7 +81,6 @@ pub(crate) struct Accelerator {
     predict: Predictions,
     pending: Pending,
     backlog: Backlog,
-    unpacker: Unpacker,
     packed: Bit,
     packed_loc: FieldLoc,
     header_len: usize,
@@ -117,7 +116,6 @@ impl Accelerator {
             predict,
             pending: Pending::new(hl),
             backlog: Backlog::new(cfg.mtu),
-            unpacker: Unpacker::default(),
             packed: Bit::of(packed_loc, hl, layout.order()).unwrap_or(Bit::NEVER),
             packed_loc,
             header_len: hl,
@@ -279,7 +277,7 @@ impl Edge for Accelerator {
         let n = if !packed {
             to_app.push(body);
             1
-        } else if let Some(count) = self.unpacker.count(body.data()) {
+        } else if let Some(count) = pack::count(body.data()) {
             to_app.push_several(body, count, pack::split);
             count as u64
         } else {

@@ -154,32 +154,25 @@ pub fn unpack_ranges(body: &[u8], out: &mut Vec<(usize, usize)>) -> bool {
     out.clear();
     let mut at = 0;
     while at < body.len() {
-        let Some((len, n)) = get_varint(&body[at..]) else {
+        let Some((start, len)) = split(body, at) else {
             return false;
         };
-        at += n;
-        if len > body.len() - at {
-            return false;
-        }
-        out.push((at, len));
-        at += len;
+        out.push((start, len));
+        at = start + len;
     }
     !out.is_empty()
 }
 
-/// Splits packed bodies into their messages (its range list is kept between calls, so
-/// unpacking allocates nothing but the messages' buffers).
-#[derive(Default)]
-pub(crate) struct Unpacker {
-    ranges: Vec<(usize, usize)>,
-}
-
-impl Unpacker {
-    /// How many messages the packed `body` holds; `None` if its lengths lie. The messages
-    /// themselves are split off later, by [`split`].
-    pub(crate) fn count(&mut self, body: &[u8]) -> Option<usize> {
-        unpack_ranges(body, &mut self.ranges).then_some(self.ranges.len())
+/// How many messages the packed `body` holds; `None` if its lengths lie. The messages
+/// themselves are split off later, by [`split`], as the application takes them.
+pub(crate) fn count(body: &[u8]) -> Option<usize> {
+    let (mut at, mut n) = (0, 0);
+    while at < body.len() {
+        let (start, len) = split(body, at)?;
+        at = start + len;
+        n += 1;
     }
+    (n > 0).then_some(n)
 }
 
 /// Where the packed message at offset `at` of `body` lies, as (start, length)
