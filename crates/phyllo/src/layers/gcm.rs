@@ -30,6 +30,9 @@ use subtle::ConstantTimeEq;
 /// Keystream blocks computed ahead: 32 bytes cover a short message.
 pub(crate) const AHEAD_BLOCKS: usize = 2;
 
+/// Bytes of keystream computed ahead.
+pub(crate) const AHEAD_BYTES: usize = 16 * AHEAD_BLOCKS;
+
 /// Bytes of the tag.
 pub(crate) const TAG_LEN: usize = 16;
 

@@ -11,8 +11,9 @@
 //!
 //! The nonce is predicted, so the post-phases do its share of AES-GCM ahead (seed 004 §3.2,
 //! [`super::gcm`]): after a send, the keystream and tag mask of the next counter; after a
-//! delivery, those of the next counter expected. The pre-phases, on the critical path, XOR
-//! and GHASH. (ChaCha20-Poly1305 runs whole in the pre-phases, through `ring`.)
+//! delivery, those of the next counter expected. For a short body the pre-phases, on the
+//! critical path, then only XOR and GHASH; a long one goes through `ring`'s AES-256-GCM
+//! (the same bytes), and so does ChaCha20-Poly1305.
 //!
 //! Keys: one per direction, derived from the connection's pre-shared key with HKDF-SHA256, so
 //! the two directions never share a (key, nonce) pair. Nonce: a 64-bit per-direction counter;
@@ -30,7 +31,7 @@ use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict,
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
 use hkdf::Hkdf;
-use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305};
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use sha2::Sha256;
 
 /// Bytes of the authentication tag trailer.
@@ -50,29 +51,67 @@ pub enum Cipher {
 impl Cipher {
     /// The expanded key for `bytes` (always 32 bytes, which both ciphers take).
     fn key(self, bytes: &[u8; 32]) -> Option<Key> {
-        match self {
-            Cipher::Aes256Gcm => Some(Key::Gcm(Box::new(Gcm::new(bytes)))),
-            Cipher::ChaCha20Poly1305 => UnboundKey::new(&CHACHA20_POLY1305, bytes)
-                .ok()
-                .map(|k| Key::Ring(Box::new(LessSafeKey::new(k)))),
-        }
+        let alg = match self {
+            Cipher::Aes256Gcm => &AES_256_GCM,
+            Cipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+        };
+        let whole = LessSafeKey::new(UnboundKey::new(alg, bytes).ok()?);
+        let split = (self == Cipher::Aes256Gcm).then(|| Box::new(Gcm::new(bytes)));
+        Some(Key { whole, split })
     }
 }
 
-/// An expanded key of one direction.
-enum Key {
-    /// AES-256-GCM, with the nonce's work done ahead ([`Gcm`]).
-    Gcm(Box<Gcm>),
-    /// ChaCha20-Poly1305, through `ring`.
-    Ring(Box<LessSafeKey>),
+/// Bodies up to this long take AES-256-GCM split at the nonce: their keystream was computed
+/// ahead. Longer ones (a packed datagram) go through `ring`, whose GHASH costs less per byte.
+const SHORT: usize = super::gcm::AHEAD_BYTES;
+
+/// An expanded key of one direction: `ring`'s AEAD, and for AES-256-GCM also the same
+/// cipher split at the nonce ([`Gcm`]) for short bodies. Both give the same bytes, so each
+/// message may take either.
+struct Key {
+    whole: LessSafeKey,
+    split: Option<Box<Gcm>>,
 }
 
 impl Key {
     /// The work of the nonce of `counter` done ahead, where the cipher allows it.
     fn ahead(&self, counter: u64) -> Option<Ahead> {
-        match self {
-            Key::Gcm(g) => Some(g.ahead(counter)),
-            Key::Ring(_) => None,
+        self.split.as_ref().map(|g| g.ahead(counter))
+    }
+
+    /// Seal `body` in place under `counter`; the tag (`None` beyond the cipher's limit).
+    fn seal(
+        &self,
+        ahead: Option<&Ahead>,
+        c: u64,
+        ad: &[u8],
+        body: &mut [u8],
+    ) -> Option<[u8; TAG_LEN]> {
+        match &self.split {
+            Some(g) if body.len() <= SHORT => g.seal(ahead, c, ad, body).ok(),
+            _ => self
+                .whole
+                .seal_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), body)
+                .ok()
+                .and_then(|t| t.as_ref().try_into().ok()),
+        }
+    }
+
+    /// Check `tag` and decrypt `ct` in place; whether it was genuine.
+    fn open(
+        &self,
+        ahead: Option<&Ahead>,
+        c: u64,
+        ad: &[u8],
+        ct: &mut [u8],
+        tag: [u8; TAG_LEN],
+    ) -> bool {
+        match &self.split {
+            Some(g) if ct.len() <= SHORT => g.open(ahead, c, ad, ct, &tag),
+            _ => self
+                .whole
+                .open_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), Tag::from(tag), ct, 0..)
+                .is_ok(),
         }
     }
 }
@@ -241,15 +280,8 @@ impl Layer for Seal {
         let ad = associated_data(pkt, &mut image);
         let (_, body) = pkt.split_mut();
         let c = self.tx_counter;
-        let tag = match tx {
-            Key::Gcm(g) => g.seal(self.tx_ahead.as_ref(), c, ad, body).ok(),
-            Key::Ring(k) => k
-                .seal_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), body)
-                .ok()
-                .and_then(|t| t.as_ref().try_into().ok()),
-        };
-        match tag {
-            Some::<[u8; TAG_LEN]>(tag) => {
+        match tx.seal(self.tx_ahead.as_ref(), c, ad, body) {
+            Some(tag) => {
                 pkt.msg_mut().extend_from_slice(&tag);
                 Verdict::Continue
             }
@@ -288,13 +320,7 @@ impl Layer for Seal {
         let (ct, tag) = body.split_at_mut(body.len() - TAG_LEN);
         let mut t = [0u8; TAG_LEN];
         t.copy_from_slice(tag);
-        let genuine = match rx {
-            Key::Gcm(g) => g.open(self.rx_ahead.as_ref(), c, ad, ct, &t),
-            Key::Ring(k) => k
-                .open_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), Tag::from(t), ct, 0..)
-                .is_ok(),
-        };
-        if !genuine {
+        if !rx.open(self.rx_ahead.as_ref(), c, ad, ct, t) {
             return Verdict::Drop(DropReason::Auth);
         }
         pkt.msg_mut().pop_back(TAG_LEN);
