@@ -6,6 +6,8 @@
 //! arrived to its connection, runs due timers, and — when nothing is left to do at the current
 //! instant — advances the clock to the next event (an arrival or a deadline).
 
+pub mod attack;
+pub mod net;
 pub mod soak;
 
 use crate::conn::{BuildError, Config, Connection, SendError};

@@ -26,6 +26,9 @@
 //! message. Each side's own index travels in its Noise payload, authenticated; the
 //! initiation's copy in the clear must agree with it.
 
+pub mod endpoint;
+pub mod mac;
+
 use crate::layer::Role;
 use snow::params::NoiseParams;
 use std::collections::HashMap;

@@ -1,0 +1,1227 @@
+//! `SessionEndpoint`: one socket, many peers, every datagram authenticated before it acts.
+//!
+//! Not from a seed paper: what turns the sealed stack into something deployable, after
+//! quinn-proto's `Endpoint` (sans-IO: datagrams, time and application calls in; datagrams,
+//! events and deliveries out) and WireGuard's sessions (a handshake per session, indices that
+//! route, a new handshake superseding the old session, cookies under load).
+//!
+//! # Wire
+//!
+//! The first byte says what a datagram is: 1 an initiation and 2 a response ([`super`]'s
+//! Noise IK messages; an initiation ends with [`mac1` and `mac2`](super::mac)), 3 a cookie
+//! reply, 4 data: `[4][receiver's session index, 4 bytes LE][the connection's datagram]` —
+//! five bytes that route a datagram to its session without a lookup by address, so a peer may
+//! change address (it is followed once a datagram from the new one authenticates).
+//!
+//! # Authenticate, then act
+//!
+//! A datagram changes nothing unless it authenticates: an initiation must pass mac1, the
+//! Noise handshake, the allowed-peer list and the replay rule before any state exists for it;
+//! a response must complete the pending initiation it names; data must be accepted by its
+//! session's connection (for a sealed stack: authenticated) before the session's liveness or
+//! the peer's address is updated. Everything else is a counted [`Drop`]. State before
+//! authentication is none at all: a responder keeps nothing per initiation it has not
+//! accepted; under load (more than [`SessionConfig::handshakes_per_sec`] Diffie-Hellman
+//! operations in the last second) it asks for a cookie ([`super::mac`]) before doing any.
+//!
+//! # The reliability contract
+//!
+//! Within one session the stack's guarantees hold (with `window`: every message delivered
+//! once, in order). Sessions end — superseded by a new handshake (a restarted peer, a rekey),
+//! a peer silent for [`dead_after`](SessionConfig::dead_after) while data is outstanding, a
+//! failed handshake, the key-usage limit, an idle timeout, or [`close`](SessionEndpoint::close)
+//! — and then every message the application sent that the session had not *confirmed* is
+//! handed back in [`Event::Ended`], in order: confirmed means the connection went idle after
+//! it (everything sent was acknowledged), so a message is either known delivered or
+//! returned, never silently lost. Messages sent while a session is being replaced wait and go
+//! into the new one, after the old one's are confirmed, so order between sessions holds.
+//! The copies kept for this are bounded by [`retain_limit`](SessionConfig::retain_limit):
+//! beyond it `send` says `WouldBlock` until the session confirms.
+//!
+//! A restarted peer is detected within a bound: a restarted initiator sends a new initiation
+//! (newer timestamp), which supersedes its old session at once; the old one is retired after
+//! at most [`retire_after`](SessionConfig::retire_after). A restarted responder no longer
+//! knows the session: the initiator, hearing nothing for `dead_after` while data is
+//! outstanding, handshakes again and ends the dead session when the new one is up — within
+//! `dead_after` plus one handshake (retried every
+//! [`handshake_timeout`](SessionConfig::handshake_timeout)).
+//!
+//! # Key usage limits
+//!
+//! A (key, nonce) pair never repeats: `seal`'s nonce is a 64-bit per-direction counter and
+//! every session has fresh keys. The limit that binds first is AES-GCM's: QUIC (RFC 9001
+//! §6.6) allows 2^23 packets per key for confidentiality. The initiator starts a new
+//! handshake after [`rekey_after`](SessionConfig::rekey_after) datagrams in either direction
+//! (2^22 by default) and a session that reaches
+//! [`reject_after`](SessionConfig::reject_after) datagrams sent (2^23) stops sending and
+//! ends; ChaCha20-Poly1305 sessions keep the same limits (well inside its own).
+
+use super::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
+use super::{HandshakeError, Initiation, PublicKey, Responder, SessionKeys, StaticKey};
+use crate::conn::{BuildError, Config, Connection, SendError, Stats};
+use crate::layer::Role;
+use crate::stack::{DynStack, LayerSet};
+use crate::time::Time;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Message type of a data datagram.
+pub const DATA: u8 = 4;
+/// Bytes the endpoint puts in front of a connection's datagram.
+pub const DATA_HEADER: usize = 5;
+
+/// Settings of a [`SessionEndpoint`].
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Put the Protocol Accelerator in front of every session's stack.
+    pub accelerate: bool,
+    /// A session with data outstanding and nothing authenticated heard for this long is
+    /// dead: the initiator handshakes again, the responder ends it.
+    pub dead_after: Duration,
+    /// A handshake unanswered for this long is retried with a new initiation (the wait
+    /// doubles with each attempt, up to eight times this).
+    pub handshake_timeout: Duration,
+    /// Initiations sent at most before a handshake fails.
+    pub handshake_attempts: u32,
+    /// How long a superseded session may take to confirm what it holds.
+    pub retire_after: Duration,
+    /// A session with nothing outstanding and no traffic for this long ends.
+    pub idle_timeout: Option<Duration>,
+    /// Datagrams (both directions) after which the initiator rekeys.
+    pub rekey_after: u64,
+    /// Datagrams sent after which a session sends no more.
+    pub reject_after: u64,
+    /// Diffie-Hellman handshakes per second beyond which initiations must carry a cookie.
+    pub handshakes_per_sec: u32,
+    /// Sessions at most.
+    pub max_sessions: usize,
+    /// Bytes of unconfirmed and waiting messages kept per peer at most.
+    pub retain_limit: usize,
+    /// Wall-clock time at [`Time::ZERO`], nanoseconds since the Unix epoch: initiation
+    /// timestamps must grow across restarts, so they are wall time.
+    pub epoch_ns: u128,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            accelerate: false,
+            dead_after: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(1),
+            handshake_attempts: 12,
+            retire_after: Duration::from_secs(1),
+            idle_timeout: Some(Duration::from_secs(180)),
+            rekey_after: 1 << 22,
+            reject_after: 1 << 23,
+            handshakes_per_sec: 200,
+            max_sessions: 1 << 16,
+            retain_limit: 8 << 20,
+            epoch_ns: 0,
+        }
+    }
+}
+
+/// Builds a session's connection from its configuration (keys and role filled in).
+pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError>>;
+
+/// A peer of the endpoint: stable across its sessions (restarts, rekeys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u32);
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// A new handshake with the same peer replaced it (a restart or a rekey) and it did not
+    /// confirm what it held within `retire_after`.
+    Superseded,
+    /// The peer was silent for `dead_after` with data outstanding.
+    PeerDead,
+    /// Every initiation went unanswered.
+    HandshakeFailed,
+    /// The key-usage limit was reached.
+    KeyLimit,
+    /// Nothing happened for `idle_timeout`.
+    IdleTimeout,
+    /// The application closed it.
+    Closed,
+}
+
+/// What the application hears about.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A session is up: messages flow.
+    Established {
+        /// The peer.
+        peer: PeerId,
+        /// Its static public key.
+        key: PublicKey,
+        /// This end's role in the handshake.
+        role: Role,
+    },
+    /// A session (or a peer's handshake) ended; `unconfirmed` are the messages sent that it
+    /// did not confirm delivered, in the order sent.
+    Ended {
+        /// The peer.
+        peer: PeerId,
+        /// Why.
+        reason: EndReason,
+        /// Messages not known delivered.
+        unconfirmed: Vec<Vec<u8>>,
+    },
+}
+
+/// Why a datagram was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drop {
+    /// Too short for its type.
+    Truncated,
+    /// An unknown first byte.
+    UnknownType,
+    /// A session index this endpoint does not have.
+    UnknownIndex,
+    /// An initiation whose mac1 is wrong.
+    Mac1,
+    /// An initiation without a valid cookie while under load (a cookie reply was sent).
+    CookieRequired,
+    /// A handshake message that did not authenticate.
+    HandshakeAuth,
+    /// An initiation from a key not allowed.
+    UnknownPeer,
+    /// A replayed or stale initiation.
+    Replay,
+    /// A malformed handshake message.
+    Malformed,
+    /// A cookie reply that does not open.
+    BadCookieReply,
+    /// The session limit is reached.
+    TooManySessions,
+    /// Data its session refused (authentication, checksum, duplicate).
+    Refused,
+}
+
+impl Drop {
+    /// Every reason, in counter order.
+    pub const ALL: [Drop; 12] = [
+        Drop::Truncated,
+        Drop::UnknownType,
+        Drop::UnknownIndex,
+        Drop::Mac1,
+        Drop::CookieRequired,
+        Drop::HandshakeAuth,
+        Drop::UnknownPeer,
+        Drop::Replay,
+        Drop::Malformed,
+        Drop::BadCookieReply,
+        Drop::TooManySessions,
+        Drop::Refused,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Drop::Truncated => "truncated",
+            Drop::UnknownType => "unknown type",
+            Drop::UnknownIndex => "unknown session",
+            Drop::Mac1 => "bad mac1",
+            Drop::CookieRequired => "cookie required",
+            Drop::HandshakeAuth => "handshake auth",
+            Drop::UnknownPeer => "unknown peer",
+            Drop::Replay => "replayed initiation",
+            Drop::Malformed => "malformed handshake",
+            Drop::BadCookieReply => "bad cookie reply",
+            Drop::TooManySessions => "too many sessions",
+            Drop::Refused => "refused by session",
+        }
+    }
+
+    fn of(e: &HandshakeError) -> Drop {
+        match e {
+            HandshakeError::Malformed | HandshakeError::BadKey(_) => Drop::Malformed,
+            HandshakeError::Auth | HandshakeError::WrongSession => Drop::HandshakeAuth,
+            HandshakeError::UnknownPeer(_) => Drop::UnknownPeer,
+            HandshakeError::Replay => Drop::Replay,
+        }
+    }
+}
+
+/// What a datagram did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Accepted by the peer's session: deliveries may be waiting.
+    Data(PeerId),
+    /// A handshake message that moved a peer's handshake on.
+    Handshake(PeerId),
+    /// A cookie reply was taken; the initiation went out again with the cookie.
+    Cookie(PeerId),
+    /// Counted and dropped.
+    Dropped(Drop),
+}
+
+/// The application's message was not taken.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SessionSendError {
+    /// No such peer.
+    #[error("no such peer")]
+    NoPeer,
+    /// No session with the peer and this end cannot start one (it was the responder).
+    #[error("no session with this peer")]
+    NoSession,
+    /// The session, or the copies kept until confirmation, are full: poll and try again.
+    #[error("would block: try again after polling")]
+    WouldBlock,
+    /// Larger than a message may be.
+    #[error(transparent)]
+    Send(SendError),
+}
+
+/// Endpoint counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionEndpointStats {
+    /// Drops, indexed like [`Drop::ALL`].
+    pub drops: [u64; 12],
+    /// Initiations sent.
+    pub initiations_sent: u64,
+    /// Cookie replies sent.
+    pub cookie_replies: u64,
+    /// Sessions established.
+    pub established: u64,
+    /// Sessions ended, by any reason.
+    pub ended: u64,
+}
+
+impl SessionEndpointStats {
+    /// Drops for `reason`.
+    pub fn dropped(&self, reason: Drop) -> u64 {
+        self.drops[Drop::ALL.iter().position(|&d| d == reason).unwrap_or(0)]
+    }
+
+    /// All drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Totals over a peer's sessions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Sessions established.
+    pub sessions: u64,
+    /// Handshakes begun by this end.
+    pub initiations: u64,
+    /// Time from the first initiation to the session of the last handshake this end began.
+    pub handshake_time: Option<Duration>,
+    /// Application messages sent.
+    pub sent_msgs: u64,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Datagrams out.
+    pub datagrams_out: u64,
+    /// Datagrams in.
+    pub datagrams_in: u64,
+    /// Bytes out.
+    pub bytes_out: u64,
+    /// Datagrams the sessions dropped.
+    pub input_drops: u64,
+    /// Messages on the accelerator's fast path (sent and delivered).
+    pub fast_msgs: u64,
+    /// Messages on the layered path (sent and delivered), accelerated sessions only.
+    pub slow_msgs: u64,
+    /// Messages handed back unconfirmed.
+    pub unconfirmed: u64,
+}
+
+impl PeerStats {
+    fn add_conn(&mut self, s: &Stats, c: &Connection<impl LayerSet>) {
+        self.sent_msgs += s.sent_msgs;
+        self.delivered += s.delivered;
+        self.datagrams_out += s.datagrams_out;
+        self.datagrams_in += s.datagrams_in;
+        self.bytes_out += s.bytes_out;
+        self.input_drops += s.input_drops();
+        if let Some(a) = c.accel_stats() {
+            self.fast_msgs += a.fast_send_msgs + a.fast_deliver_msgs;
+            self.slow_msgs += a.slow_send_msgs + a.slow_deliver_msgs;
+        }
+    }
+}
+
+struct Session<S: LayerSet> {
+    conn: Connection<S>,
+    local: u32,
+    remote: u32,
+    /// The last authenticated datagram, or the moment data became outstanding after none
+    /// was, whichever is later: silence is counted from here.
+    quiet_since: Time,
+    last_active: Time,
+    unconfirmed: VecDeque<Vec<u8>>,
+    unconfirmed_bytes: usize,
+    dead: bool,
+}
+
+impl<S: LayerSet> Session<S> {
+    fn outstanding(&self) -> bool {
+        !self.unconfirmed.is_empty() || !self.conn.is_idle()
+    }
+
+    /// The connection is idle: everything sent so far was acknowledged.
+    fn confirm(&mut self) {
+        if !self.unconfirmed.is_empty() && self.conn.is_idle() {
+            self.unconfirmed.clear();
+            self.unconfirmed_bytes = 0;
+        }
+    }
+
+    fn datagrams(&self) -> u64 {
+        let s = self.conn.stats();
+        s.datagrams_out + s.datagrams_in
+    }
+}
+
+struct Pending {
+    init: Initiation,
+    /// The initiation without its MACs, and its mac1 (a cookie reply is sealed to it).
+    body: Vec<u8>,
+    mac1: [u8; MAC_LEN],
+    sent_at: Time,
+    first_sent: Time,
+    attempts: u32,
+}
+
+struct Retiring<S: LayerSet> {
+    session: Session<S>,
+    deadline: Time,
+    reason: EndReason,
+}
+
+struct Peer<S: LayerSet> {
+    key: PublicKey,
+    addr: Option<SocketAddr>,
+    /// This end may start handshakes with it (it called `connect`).
+    dialer: bool,
+    current: Option<Session<S>>,
+    retiring: Option<Retiring<S>>,
+    pending: Option<Pending>,
+    outbox: VecDeque<Vec<u8>>,
+    outbox_bytes: usize,
+    cookie: Option<([u8; MAC_LEN], Time)>,
+    scheduled: Option<Time>,
+    tx_flagged: bool,
+    stats: PeerStats,
+}
+
+impl<S: LayerSet> Peer<S> {
+    fn retained(&self) -> usize {
+        self.outbox_bytes
+            + self.current.as_ref().map_or(0, |s| s.unconfirmed_bytes)
+            + self
+                .retiring
+                .as_ref()
+                .map_or(0, |r| r.session.unconfirmed_bytes)
+    }
+
+    fn sessions(&self) -> impl Iterator<Item = &Session<S>> {
+        self.retiring
+            .as_ref()
+            .map(|r| &r.session)
+            .into_iter()
+            .chain(self.current.as_ref())
+    }
+
+    fn sessions_mut(&mut self) -> impl Iterator<Item = &mut Session<S>> {
+        self.retiring
+            .as_mut()
+            .map(|r| &mut r.session)
+            .into_iter()
+            .chain(self.current.as_mut())
+    }
+
+    fn next_deadline(&self, cfg: &SessionConfig) -> Option<Time> {
+        let mut t: Option<Time> = None;
+        let mut at = |x: Option<Time>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        for s in self.sessions().filter(|s| !s.dead) {
+            at(s.conn.poll_timeout());
+        }
+        if let Some(r) = &self.retiring {
+            at(Some(r.deadline));
+        }
+        if let Some(p) = &self.pending {
+            at(Some(p.sent_at + retry_after(cfg, p.attempts)));
+        }
+        if let Some(s) = &self.current {
+            if s.outstanding() && !s.dead {
+                at(Some(s.quiet_since + cfg.dead_after));
+            } else if let Some(idle) = cfg.idle_timeout {
+                at(Some(s.last_active + idle_limit(idle, self.dialer)));
+            }
+        }
+        t
+    }
+}
+
+/// How long after the `attempts`-th initiation the next goes out: the handshake timeout,
+/// doubled for each attempt up to eight times it, so an unreachable peer costs fewer and
+/// fewer initiations.
+fn retry_after(cfg: &SessionConfig, attempts: u32) -> Duration {
+    cfg.handshake_timeout * (1 << attempts.saturating_sub(1).min(3))
+}
+
+/// How long a session may be idle at this end: the initiator gives up first (at two thirds),
+/// so it never sends into a session its peer has already dropped for idleness — its next
+/// message starts a new handshake instead.
+fn idle_limit(idle: Duration, dialer: bool) -> Duration {
+    if dialer {
+        idle * 2 / 3
+    } else {
+        idle
+    }
+}
+
+/// Sessions with many peers behind one socket (sans-IO).
+pub struct SessionEndpoint<S: LayerSet = DynStack> {
+    cfg: SessionConfig,
+    local: StaticKey,
+    responder: Responder,
+    jar: CookieJar,
+    make: MakeConnection<S>,
+    rng: ChaCha20Rng,
+    peers: Vec<Peer<S>>,
+    by_key: HashMap<PublicKey, PeerId>,
+    by_index: HashMap<u32, PeerId>,
+    sessions: usize,
+    control: VecDeque<(SocketAddr, Vec<u8>)>,
+    tx_ready: VecDeque<PeerId>,
+    timers: BinaryHeap<Reverse<(Time, u32)>>,
+    events: VecDeque<Event>,
+    /// Theoretical arrival time of the handshake rate limiter (GCRA).
+    load_tat: Time,
+    stats: SessionEndpointStats,
+}
+
+impl<S: LayerSet> SessionEndpoint<S> {
+    /// An endpoint with the static key `local` that accepts sessions from the peers
+    /// `allowed` (none: it only connects), building each session's connection with `make`;
+    /// `seed` seeds its session indices and cookie secrets (draw it from the OS).
+    pub fn new(
+        local: StaticKey,
+        allowed: impl IntoIterator<Item = PublicKey>,
+        cfg: SessionConfig,
+        make: MakeConnection<S>,
+        seed: [u8; 32],
+    ) -> SessionEndpoint<S> {
+        let public = local.public();
+        SessionEndpoint {
+            cfg,
+            responder: Responder::new(local.clone(), allowed),
+            local,
+            jar: CookieJar::new(&public.0),
+            make,
+            rng: ChaCha20Rng::from_seed(seed),
+            peers: Vec::new(),
+            by_key: HashMap::new(),
+            by_index: HashMap::new(),
+            sessions: 0,
+            control: VecDeque::new(),
+            tx_ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            events: VecDeque::new(),
+            load_tat: Time::ZERO,
+            stats: SessionEndpointStats::default(),
+        }
+    }
+
+    /// This endpoint's static public key.
+    pub fn public(&self) -> PublicKey {
+        self.local.public()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SessionEndpointStats {
+        &self.stats
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    /// Sessions up (current or retiring).
+    pub fn session_count(&self) -> usize {
+        self.sessions
+    }
+
+    /// Every peer.
+    pub fn peers(&self) -> impl Iterator<Item = PeerId> {
+        (0..self.peers.len() as u32).map(PeerId)
+    }
+
+    /// A peer's static public key.
+    pub fn peer_key(&self, p: PeerId) -> Option<PublicKey> {
+        self.peers.get(p.0 as usize).map(|x| x.key)
+    }
+
+    /// A peer's address (the last one an authenticated datagram came from).
+    pub fn peer_addr(&self, p: PeerId) -> Option<SocketAddr> {
+        self.peers.get(p.0 as usize).and_then(|x| x.addr)
+    }
+
+    /// Whether the peer has a session up that takes new messages now.
+    pub fn is_established(&self, p: PeerId) -> bool {
+        self.peers
+            .get(p.0 as usize)
+            .is_some_and(|x| x.current.is_some() && x.retiring.is_none())
+    }
+
+    /// Totals over the peer's sessions, the live ones included.
+    pub fn peer_stats(&self, p: PeerId) -> Option<PeerStats> {
+        let peer = self.peers.get(p.0 as usize)?;
+        let mut s = peer.stats.clone();
+        for x in peer.sessions() {
+            s.add_conn(x.conn.stats(), &x.conn);
+        }
+        Some(s)
+    }
+
+    /// The connection of the peer's current session (for its statistics).
+    pub fn connection(&self, p: PeerId) -> Option<&Connection<S>> {
+        self.peers
+            .get(p.0 as usize)?
+            .current
+            .as_ref()
+            .map(|s| &s.conn)
+    }
+
+    /// Start a session with the responder whose static key is `key` at `addr` (or, for a
+    /// known peer without a session, start a new handshake). Messages may be sent at once;
+    /// they wait for the session.
+    pub fn connect(&mut self, now: Time, key: PublicKey, addr: SocketAddr) -> PeerId {
+        let p = self.peer_for(key);
+        let peer = &mut self.peers[p.0 as usize];
+        peer.dialer = true;
+        peer.addr = Some(addr);
+        if peer.current.is_none() && peer.pending.is_none() {
+            self.initiate(now, p);
+        }
+        self.touch(now, p);
+        p
+    }
+
+    fn peer_for(&mut self, key: PublicKey) -> PeerId {
+        if let Some(&p) = self.by_key.get(&key) {
+            return p;
+        }
+        let p = PeerId(self.peers.len() as u32);
+        self.peers.push(Peer {
+            key,
+            addr: None,
+            dialer: false,
+            current: None,
+            retiring: None,
+            pending: None,
+            outbox: VecDeque::new(),
+            outbox_bytes: 0,
+            cookie: None,
+            scheduled: None,
+            tx_flagged: false,
+            stats: PeerStats::default(),
+        });
+        self.by_key.insert(key, p);
+        p
+    }
+
+    fn fresh_index(&mut self) -> u32 {
+        loop {
+            let i: u32 = self.rng.random();
+            if i != 0 && !self.by_index.contains_key(&i) {
+                return i;
+            }
+        }
+    }
+
+    /// Send a new initiation to the peer (a first one, or a retry with a new ephemeral key
+    /// and timestamp).
+    fn initiate(&mut self, now: Time, p: PeerId) {
+        let index = self.fresh_index();
+        let ts = self.cfg.epoch_ns + u128::from(now.as_nanos());
+        let peer = &mut self.peers[p.0 as usize];
+        let Some(addr) = peer.addr else { return };
+        let (attempts, first_sent) = match peer.pending.take() {
+            Some(old) => {
+                self.by_index.remove(&old.init.index());
+                (old.attempts, old.first_sent)
+            }
+            None => (0, now),
+        };
+        let Ok((init, body)) = Initiation::start(&self.local, peer.key, index, ts) else {
+            return;
+        };
+        let keys = ResponderMacKeys::new(&peer.key.0);
+        let cookie = peer
+            .cookie
+            .filter(|(_, at)| now.since(*at) < super::mac::COOKIE_LIFETIME)
+            .map(|(c, _)| c);
+        let mut msg = body.clone();
+        keys.append_macs(&mut msg, cookie.as_ref());
+        let mac1: [u8; MAC_LEN] = msg[body.len()..body.len() + MAC_LEN]
+            .try_into()
+            .unwrap_or([0; MAC_LEN]);
+        peer.pending = Some(Pending {
+            init,
+            body,
+            mac1,
+            sent_at: now,
+            first_sent,
+            attempts: attempts + 1,
+        });
+        peer.stats.initiations += 1;
+        self.by_index.insert(index, p);
+        self.control.push_back((addr, msg));
+        self.stats.initiations_sent += 1;
+    }
+
+    /// Queue a message for the peer.
+    pub fn send(&mut self, now: Time, p: PeerId, data: &[u8]) -> Result<(), SessionSendError> {
+        let cfg_limit = self.cfg.retain_limit;
+        let peer = self
+            .peers
+            .get_mut(p.0 as usize)
+            .ok_or(SessionSendError::NoPeer)?;
+        if peer.retained() + data.len() > cfg_limit && peer.retained() > 0 {
+            return Err(SessionSendError::WouldBlock);
+        }
+        let open = peer.retiring.is_none() && peer.outbox.is_empty();
+        match peer.current.as_mut() {
+            Some(s) if open && s.conn.stats().datagrams_out < self.cfg.reject_after => {
+                let was_outstanding = s.outstanding();
+                match s.conn.send(now, data) {
+                    Ok(()) => {
+                        if !was_outstanding {
+                            s.quiet_since = now;
+                        }
+                        s.unconfirmed_bytes += data.len();
+                        s.unconfirmed.push_back(data.to_vec());
+                        s.last_active = now;
+                    }
+                    Err(SendError::WouldBlock) => return Err(SessionSendError::WouldBlock),
+                    Err(e) => return Err(SessionSendError::Send(e)),
+                }
+            }
+            _ => {
+                if peer.current.is_none() && peer.pending.is_none() && !peer.dialer {
+                    return Err(SessionSendError::NoSession);
+                }
+                if data.len() > crate::conn::Config::new(Role::Initiator).max_message {
+                    return Err(SessionSendError::Send(SendError::TooLarge {
+                        len: data.len(),
+                        max: crate::conn::Config::new(Role::Initiator).max_message,
+                    }));
+                }
+                peer.outbox.push_back(data.to_vec());
+                peer.outbox_bytes += data.len();
+                if peer.current.is_none() && peer.pending.is_none() {
+                    self.initiate(now, p);
+                }
+            }
+        }
+        self.touch(now, p);
+        Ok(())
+    }
+
+    /// Whether [`send`](Self::send) to the peer would take a message of `len` bytes now
+    /// without waiting.
+    pub fn can_send(&self, p: PeerId, len: usize) -> bool {
+        self.peers.get(p.0 as usize).is_some_and(|peer| {
+            let room = peer.retained() == 0 || peer.retained() + len <= self.cfg.retain_limit;
+            let conn_ok = match &peer.current {
+                Some(s) => peer.retiring.is_none() && s.conn.can_send(),
+                None => peer.dialer,
+            };
+            room && conn_ok
+        })
+    }
+
+    /// The peer's next delivered message, lent to `f` (the retiring session's come first).
+    pub fn poll_delivery_with<R>(&mut self, p: PeerId, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let peer = self.peers.get_mut(p.0 as usize)?;
+        let mut f = Some(f);
+        for s in peer.sessions_mut() {
+            if s.conn.delivered_ready() > 0 {
+                let f = f.take()?;
+                return s.conn.poll_delivery_with(f);
+            }
+        }
+        None
+    }
+
+    /// Messages waiting for the application from the peer.
+    pub fn delivered_ready(&self, p: PeerId) -> usize {
+        self.peers
+            .get(p.0 as usize)
+            .map_or(0, |x| x.sessions().map(|s| s.conn.delivered_ready()).sum())
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// End the peer's session now; its unconfirmed messages come back in
+    /// [`Event::Ended`].
+    pub fn close(&mut self, now: Time, p: PeerId) {
+        if (p.0 as usize) < self.peers.len() {
+            self.end_peer(p, EndReason::Closed);
+            self.peers[p.0 as usize].dialer = false;
+            self.touch(now, p);
+        }
+    }
+
+    /// The next datagram to send, written into `out`; returns where it goes.
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<SocketAddr> {
+        if let Some((to, msg)) = self.control.pop_front() {
+            out.clear();
+            out.extend_from_slice(&msg);
+            return Some(to);
+        }
+        while let Some(&p) = self.tx_ready.front() {
+            let peer = &mut self.peers[p.0 as usize];
+            let addr = peer.addr;
+            for s in peer.sessions_mut() {
+                if let Some(m) = s.conn.poll_transmit() {
+                    out.clear();
+                    out.push(DATA);
+                    out.extend_from_slice(&s.remote.to_le_bytes());
+                    out.extend_from_slice(m.data());
+                    s.conn.recycle(m);
+                    if let Some(a) = addr {
+                        return Some(a);
+                    }
+                }
+            }
+            peer.tx_flagged = false;
+            self.tx_ready.pop_front();
+        }
+        None
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Run what is due at `now`: the sessions' timers, handshake retries, dead-peer checks,
+    /// retiring sessions, idle timeouts.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let p = PeerId(i);
+            if self.peers[i as usize].scheduled != Some(t) {
+                continue;
+            }
+            self.peers[i as usize].scheduled = None;
+            self.peer_timeout(now, p);
+            self.touch(now, p);
+        }
+    }
+
+    fn peer_timeout(&mut self, now: Time, p: PeerId) {
+        let cfg = self.cfg.clone();
+        let peer = &mut self.peers[p.0 as usize];
+        // A dead session waits for the new handshake silently: its retransmissions could only
+        // reach a peer that no longer knows it.
+        for s in peer.sessions_mut().filter(|s| !s.dead) {
+            if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                s.conn.handle_timeout(now);
+            }
+        }
+        if let Some(pd) = &peer.pending {
+            if pd.sent_at + retry_after(&cfg, pd.attempts) <= now {
+                if pd.attempts >= cfg.handshake_attempts {
+                    let pd = peer.pending.take();
+                    if let Some(pd) = pd {
+                        self.by_index.remove(&pd.init.index());
+                    }
+                    self.end_peer(p, EndReason::HandshakeFailed);
+                    self.peers[p.0 as usize].dialer = false;
+                    return;
+                }
+                self.initiate(now, p);
+            }
+        }
+        let peer = &mut self.peers[p.0 as usize];
+        if let Some(s) = &mut peer.current {
+            s.confirm();
+            if s.outstanding() && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
+                s.dead = true;
+                if peer.dialer {
+                    if peer.pending.is_none() {
+                        self.initiate(now, p);
+                    }
+                } else {
+                    self.end_current(p, EndReason::PeerDead);
+                }
+            } else if !s.outstanding()
+                && cfg
+                    .idle_timeout
+                    .is_some_and(|idle| now.since(s.last_active) >= idle_limit(idle, peer.dialer))
+            {
+                self.end_current(p, EndReason::IdleTimeout);
+            } else if peer.dialer
+                && peer.pending.is_none()
+                && peer.retiring.is_none()
+                && s.datagrams() >= cfg.rekey_after
+            {
+                self.initiate(now, p);
+            }
+        }
+    }
+
+    /// Handle a datagram from `from`.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Input {
+        let r = match d.first() {
+            None => Err(Drop::Truncated),
+            Some(&super::INITIATION) => self.on_initiation(now, from, d),
+            Some(&super::RESPONSE) => self.on_response(now, from, d),
+            Some(&COOKIE_REPLY) => self.on_cookie_reply(now, d),
+            Some(&DATA) => self.on_data(now, from, d),
+            Some(_) => Err(Drop::UnknownType),
+        };
+        match r {
+            Ok(input) => input,
+            Err(drop) => {
+                let i = Drop::ALL.iter().position(|&x| x == drop).unwrap_or(0);
+                self.stats.drops[i] += 1;
+                Input::Dropped(drop)
+            }
+        }
+    }
+
+    fn under_load(&self, now: Time) -> bool {
+        self.load_tat > now + Duration::from_secs(1)
+    }
+
+    fn on_initiation(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+        let (body, mac1, mac2) = self.jar.keys().check_mac1(d).ok_or(Drop::Mac1)?;
+        if body.len() < 5 {
+            return Err(Drop::Truncated);
+        }
+        if self.under_load(now) {
+            let with_mac1 = &d[..body.len() + MAC_LEN];
+            let rng = &mut self.rng;
+            if !self
+                .jar
+                .check_mac2(now, from, with_mac1, mac2, || rng.random())
+            {
+                let nonce: [u8; 24] = self.rng.random();
+                let index: [u8; 4] = body[1..5].try_into().map_err(|_| Drop::Truncated)?;
+                let rng = &mut self.rng;
+                let reply = self
+                    .jar
+                    .reply(now, from, index, mac1, nonce, || rng.random());
+                self.control.push_back((from, reply));
+                self.stats.cookie_replies += 1;
+                return Err(Drop::CookieRequired);
+            }
+        }
+        // Every Diffie-Hellman counts against the rate, whether it authenticates or not.
+        let interval = Duration::from_secs(1) / self.cfg.handshakes_per_sec.max(1);
+        self.load_tat = self.load_tat.max(now) + interval;
+        if self.sessions >= self.cfg.max_sessions {
+            return Err(Drop::TooManySessions);
+        }
+        let index = self.fresh_index();
+        let (keys, response) = self
+            .responder
+            .respond(body, index)
+            .map_err(|e| Drop::of(&e))?;
+        let p = self.peer_for(keys.peer);
+        let conn = self.build(&keys).ok_or(Drop::Malformed)?;
+        let peer = &mut self.peers[p.0 as usize];
+        // Crossing handshakes: the peer's initiation wins, ours is dropped.
+        if let Some(pd) = peer.pending.take() {
+            self.by_index.remove(&pd.init.index());
+        }
+        self.install(now, p, keys, conn, from);
+        self.control.push_back((from, response));
+        Ok(Input::Handshake(p))
+    }
+
+    fn on_response(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+        let index = u32::from_le_bytes(
+            d.get(1..5)
+                .ok_or(Drop::Truncated)?
+                .try_into()
+                .map_err(|_| Drop::Truncated)?,
+        );
+        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let peer = &mut self.peers[p.0 as usize];
+        let pd = match &mut peer.pending {
+            Some(pd) if pd.init.index() == index => pd,
+            _ => return Err(Drop::UnknownIndex),
+        };
+        let keys = pd.init.finish(d).map_err(|e| Drop::of(&e))?;
+        let first = pd.first_sent;
+        peer.pending = None;
+        peer.stats.handshake_time = Some(now.since(first));
+        let conn = self.build(&keys).ok_or(Drop::Malformed)?;
+        self.install(now, p, keys, conn, from);
+        Ok(Input::Handshake(p))
+    }
+
+    fn on_cookie_reply(&mut self, now: Time, d: &[u8]) -> Result<Input, Drop> {
+        let index = u32::from_le_bytes(
+            d.get(1..5)
+                .ok_or(Drop::Truncated)?
+                .try_into()
+                .map_err(|_| Drop::Truncated)?,
+        );
+        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let peer = &mut self.peers[p.0 as usize];
+        let (Some(pd), Some(addr)) = (&peer.pending, peer.addr) else {
+            return Err(Drop::UnknownIndex);
+        };
+        if pd.init.index() != index {
+            return Err(Drop::UnknownIndex);
+        }
+        let keys = ResponderMacKeys::new(&peer.key.0);
+        let cookie = keys
+            .open_cookie_reply(d, &pd.mac1)
+            .ok_or(Drop::BadCookieReply)?;
+        peer.cookie = Some((cookie, now));
+        // The responder did no work for the initiation: send the same one again, with mac2.
+        let mut msg = pd.body.clone();
+        keys.append_macs(&mut msg, Some(&cookie));
+        self.control.push_back((addr, msg));
+        Ok(Input::Cookie(p))
+    }
+
+    fn on_data(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+        let index = u32::from_le_bytes(
+            d.get(1..DATA_HEADER)
+                .ok_or(Drop::Truncated)?
+                .try_into()
+                .map_err(|_| Drop::Truncated)?,
+        );
+        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let peer = &mut self.peers[p.0 as usize];
+        let s = peer
+            .sessions_mut()
+            .find(|s| s.local == index)
+            .ok_or(Drop::UnknownIndex)?;
+        let before = s.conn.refusals();
+        s.conn.handle_datagram(now, &d[DATA_HEADER..]);
+        if s.conn.refusals() != before {
+            self.touch(now, p);
+            return Err(Drop::Refused);
+        }
+        s.quiet_since = now;
+        s.last_active = now;
+        s.dead = false;
+        // Authenticated: the peer may have moved.
+        peer.addr = Some(from);
+        self.touch(now, p);
+        Ok(Input::Data(p))
+    }
+
+    fn build(&mut self, keys: &SessionKeys) -> Option<Connection<S>> {
+        let cfg = Config {
+            accelerate: self.cfg.accelerate,
+            ..Config::new(keys.role)
+        }
+        .with_session(keys);
+        (self.make)(cfg).ok()
+    }
+
+    /// Make a handshake's session the peer's current one; the old one retires.
+    fn install(
+        &mut self,
+        now: Time,
+        p: PeerId,
+        keys: SessionKeys,
+        conn: Connection<S>,
+        from: SocketAddr,
+    ) {
+        let retire_after = self.cfg.retire_after;
+        if self.peers[p.0 as usize].retiring.is_some() {
+            self.end_retiring(p);
+        }
+        let peer = &mut self.peers[p.0 as usize];
+        if let Some(old) = peer.current.take() {
+            let (deadline, reason) = if old.dead {
+                (now, EndReason::PeerDead)
+            } else {
+                (now + retire_after, EndReason::Superseded)
+            };
+            peer.retiring = Some(Retiring {
+                session: old,
+                deadline,
+                reason,
+            });
+        }
+        self.sessions += 1;
+        let peer = &mut self.peers[p.0 as usize];
+        peer.addr = Some(from);
+        peer.current = Some(Session {
+            conn,
+            local: keys.local_index,
+            remote: keys.peer_index,
+            quiet_since: now,
+            last_active: now,
+            unconfirmed: VecDeque::new(),
+            unconfirmed_bytes: 0,
+            dead: false,
+        });
+        peer.stats.sessions += 1;
+        self.by_index.insert(keys.local_index, p);
+        self.stats.established += 1;
+        self.events.push_back(Event::Established {
+            peer: p,
+            key: keys.peer,
+            role: keys.role,
+        });
+        self.touch(now, p);
+    }
+
+    /// After anything happened to a peer: confirm, resolve the retiring session, move waiting
+    /// messages into the current one, note datagrams to send, schedule its next timer.
+    fn touch(&mut self, now: Time, p: PeerId) {
+        let peer = &mut self.peers[p.0 as usize];
+        for s in peer.sessions_mut() {
+            s.confirm();
+        }
+        if let Some(r) = &peer.retiring {
+            if !r.session.outstanding() {
+                // Everything it held is confirmed: it ends quietly.
+                self.drop_retiring(p);
+            } else if r.deadline <= now {
+                self.end_retiring(p);
+            }
+        }
+        let reject_after = self.cfg.reject_after;
+        let peer = &mut self.peers[p.0 as usize];
+        if peer.retiring.is_none() {
+            if let Some(s) = &mut peer.current {
+                while let Some(m) = peer.outbox.front() {
+                    if s.conn.stats().datagrams_out >= reject_after {
+                        break;
+                    }
+                    let was_outstanding = s.outstanding();
+                    match s.conn.send(now, m) {
+                        Ok(()) => {
+                            let m = peer.outbox.pop_front().unwrap_or_default();
+                            peer.outbox_bytes -= m.len();
+                            if !was_outstanding {
+                                s.quiet_since = now;
+                            }
+                            s.unconfirmed_bytes += m.len();
+                            s.unconfirmed.push_back(m);
+                            s.last_active = now;
+                        }
+                        Err(SendError::WouldBlock) => break,
+                        Err(_) => {
+                            // Too large for this session's stack: hand it back.
+                            let m = peer.outbox.pop_front().unwrap_or_default();
+                            peer.outbox_bytes -= m.len();
+                            peer.stats.unconfirmed += 1;
+                            self.events.push_back(Event::Ended {
+                                peer: p,
+                                reason: EndReason::Closed,
+                                unconfirmed: vec![m],
+                            });
+                        }
+                    }
+                }
+                if s.conn.stats().datagrams_out >= reject_after && !s.outstanding() {
+                    self.end_current(p, EndReason::KeyLimit);
+                }
+            }
+        }
+        let cfg = &self.cfg;
+        let peer = &mut self.peers[p.0 as usize];
+        if !peer.tx_flagged && peer.sessions().any(|s| s.conn.transmit_ready() > 0) {
+            peer.tx_flagged = true;
+            self.tx_ready.push_back(p);
+        }
+        if let Some(t) = peer.next_deadline(cfg) {
+            if peer.scheduled.is_none_or(|s| t < s) {
+                peer.scheduled = Some(t);
+                self.timers.push(Reverse((t, p.0)));
+            }
+        }
+    }
+
+    /// Free a session: its index, its count, its statistics into the peer's totals.
+    fn unregister(&mut self, s: &Session<S>, p: PeerId) {
+        self.by_index.remove(&s.local);
+        self.sessions -= 1;
+        self.stats.ended += 1;
+        self.peers[p.0 as usize]
+            .stats
+            .add_conn(s.conn.stats(), &s.conn);
+    }
+
+    fn drop_retiring(&mut self, p: PeerId) {
+        if let Some(r) = self.peers[p.0 as usize].retiring.take() {
+            self.unregister(&r.session, p);
+        }
+    }
+
+    fn end_retiring(&mut self, p: PeerId) {
+        if let Some(r) = self.peers[p.0 as usize].retiring.take() {
+            self.unregister(&r.session, p);
+            self.report(p, r.reason, r.session.unconfirmed.into());
+        }
+    }
+
+    fn end_current(&mut self, p: PeerId, reason: EndReason) {
+        if let Some(s) = self.peers[p.0 as usize].current.take() {
+            self.unregister(&s, p);
+            let mut lost: Vec<Vec<u8>> = s.unconfirmed.into();
+            let peer = &mut self.peers[p.0 as usize];
+            // Messages waiting for this session went nowhere either (they would go into a
+            // new one, but this end cannot make one).
+            if !peer.dialer || matches!(reason, EndReason::Closed | EndReason::HandshakeFailed) {
+                lost.extend(peer.outbox.drain(..));
+                peer.outbox_bytes = 0;
+            }
+            self.report(p, reason, lost);
+        }
+    }
+
+    /// End everything the peer has: retiring and current sessions, waiting messages.
+    fn end_peer(&mut self, p: PeerId, reason: EndReason) {
+        self.end_retiring(p);
+        if self.peers[p.0 as usize].current.is_some() {
+            self.end_current(p, reason);
+        }
+        let peer = &mut self.peers[p.0 as usize];
+        if let Some(pd) = peer.pending.take() {
+            self.by_index.remove(&pd.init.index());
+        }
+        let peer = &mut self.peers[p.0 as usize];
+        if !peer.outbox.is_empty() {
+            let lost: Vec<Vec<u8>> = peer.outbox.drain(..).collect();
+            peer.outbox_bytes = 0;
+            self.report(p, reason, lost);
+        }
+    }
+
+    fn report(&mut self, p: PeerId, reason: EndReason, unconfirmed: Vec<Vec<u8>>) {
+        self.peers[p.0 as usize].stats.unconfirmed += unconfirmed.len() as u64;
+        self.events.push_back(Event::Ended {
+            peer: p,
+            reason,
+            unconfirmed,
+        });
+    }
+}
