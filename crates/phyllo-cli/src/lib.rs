@@ -4,8 +4,12 @@
 pub mod aead;
 pub mod analyze_cmd;
 pub mod cmd;
+pub mod connect;
 pub mod experiments;
 pub mod keys;
 pub mod measure;
+pub mod relay;
 pub mod report;
+pub mod serve;
+pub mod sessiond;
 pub mod workload;

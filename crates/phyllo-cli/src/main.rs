@@ -1,6 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{aead, analyze_cmd, cmd, keys, report, workload};
+use phyllo_cli::{aead, analyze_cmd, cmd, connect, keys, relay, report, serve, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +32,13 @@ enum Cmd {
     Aead(aead::AeadArgs),
     /// Generate a static key pair for sessions (FILE private, FILE.pub public).
     Keygen(keys::KeygenArgs),
+    /// Hold sessions on one UDP socket: echo pings, sink data, write streams to files.
+    Serve(serve::ServeArgs),
+    /// A session to `phyllo serve`: send stdin or a file, ping, or measure throughput.
+    Connect(connect::ConnectArgs),
+    /// A UDP relay that impairs what it forwards (loss, delay, jitter, reordering,
+    /// duplication, corruption).
+    Relay(relay::RelayArgs),
 }
 
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
@@ -55,5 +62,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::CriticalPath(args) => cmd::critical_path(args),
         Cmd::Aead(args) => aead::main(args),
         Cmd::Keygen(args) => keys::keygen(args),
+        Cmd::Serve(args) => serve::serve(args),
+        Cmd::Connect(args) => connect::connect(args),
+        Cmd::Relay(args) => relay::relay(args),
     }
 }

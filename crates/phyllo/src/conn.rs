@@ -247,6 +247,13 @@ impl<S: LayerSet> Connection<S> {
         !self.core.busy() && !self.pa.as_ref().is_some_and(|pa| pa.busy())
     }
 
+    /// Everything sent so far was acknowledged: nothing waits for the link, for an
+    /// acknowledgement, or in the accelerator's deferred work (acknowledgements this end owes
+    /// may still be pending). Without a reliable layer, as soon as it left.
+    pub fn all_acknowledged(&self) -> bool {
+        !self.core.holds_unacked() && !self.pa.as_ref().is_some_and(|pa| pa.busy())
+    }
+
     /// Whether [`post_process`](Self::post_process) has work: deferred post-processing or a
     /// backlog waiting to be sent packed (accelerated connections only).
     pub fn needs_post_process(&self) -> bool {

@@ -510,6 +510,13 @@ pub trait Layer: Send {
         false
     }
 
+    /// Whether data this layer sent still waits for the peer's acknowledgement (or waits to
+    /// be sent): a session counts what the application sent as delivered only when no layer
+    /// holds any. Acknowledgements this end owes do not count. By default, [`busy`](Self::busy).
+    fn holds_unacked(&self) -> bool {
+        self.busy()
+    }
+
     /// Append this layer's instructions to the accelerator's send filter (seed 004 §3.3):
     /// fill message-specific fields, or reject (non-zero) what the fast path cannot send.
     fn send_filter(&self, seg: &mut Segment) {
@@ -599,6 +606,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn busy(&self) -> bool {
         (**self).busy()
+    }
+    fn holds_unacked(&self) -> bool {
+        (**self).holds_unacked()
     }
     fn send_filter(&self, seg: &mut Segment) {
         (**self).send_filter(seg)

@@ -235,6 +235,11 @@ impl<S: LayerSet> Core<S> {
         !self.out.is_empty() || self.layers.busy()
     }
 
+    /// Whether sent data waits for the link or for an acknowledgement.
+    pub(crate) fn holds_unacked(&self) -> bool {
+        !self.out.is_empty() || self.layers.holds_unacked()
+    }
+
     /// The earliest layer timer.
     #[inline]
     pub(crate) fn next_timer(&self) -> Option<Time> {

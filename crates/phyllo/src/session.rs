@@ -44,6 +44,9 @@ const INITIATION: u8 = 1;
 const RESPONSE: u8 = 2;
 /// Bytes of the timestamp an initiation carries.
 const TIMESTAMP_LEN: usize = 12;
+/// Bytes of an initiation's payload: timestamp, the initiator's index, the responder's index
+/// of the session it replaces (0: none).
+const PAYLOAD_LEN: usize = TIMESTAMP_LEN + 8;
 /// Largest handshake message (Noise IK: 32 + 48 + 12 + 16 for the first, 48 for the second).
 const MAX_NOISE: usize = 256;
 
@@ -222,6 +225,10 @@ pub struct SessionKeys {
     pub local_index: u32,
     /// The peer's session index.
     pub peer_index: u32,
+    /// At the responder: the responder's session index that the initiator says this session
+    /// replaces (a rekey), authenticated; `None` from an initiator with no session to replace
+    /// (a first contact, or a restarted process). Always `None` at the initiator.
+    pub replaces: Option<u32>,
 }
 
 impl fmt::Debug for SessionKeys {
@@ -262,6 +269,19 @@ impl Initiation {
         index: u32,
         timestamp: u128,
     ) -> Result<(Initiation, Vec<u8>), HandshakeError> {
+        Self::start_replacing(local, peer, index, timestamp, None)
+    }
+
+    /// [`start`](Self::start) a handshake that replaces the session the responder knows as
+    /// `replaces` (its own index): a rekey, which the responder retires gracefully, where a
+    /// handshake replacing nothing tells it that any session it holds with this peer is dead.
+    pub fn start_replacing(
+        local: &StaticKey,
+        peer: PublicKey,
+        index: u32,
+        timestamp: u128,
+        replaces: Option<u32>,
+    ) -> Result<(Initiation, Vec<u8>), HandshakeError> {
         let mut hs = snow::Builder::new(params())
             .local_private_key(&local.private)?
             .remote_public_key(&peer.0)?
@@ -271,9 +291,11 @@ impl Initiation {
         msg[1..5].copy_from_slice(&index.to_le_bytes());
         // The payload, encrypted and authenticated: the timestamp and the index (the
         // header's copy only routes).
-        let mut payload = [0u8; TIMESTAMP_LEN + 4];
+        let mut payload = [0u8; PAYLOAD_LEN];
         payload[..TIMESTAMP_LEN].copy_from_slice(&timestamp.to_be_bytes()[16 - TIMESTAMP_LEN..]);
-        payload[TIMESTAMP_LEN..].copy_from_slice(&index.to_le_bytes());
+        payload[TIMESTAMP_LEN..TIMESTAMP_LEN + 4].copy_from_slice(&index.to_le_bytes());
+        // Index 0 is never a session's (the endpoint does not hand it out): it means none.
+        payload[TIMESTAMP_LEN + 4..].copy_from_slice(&replaces.unwrap_or(0).to_le_bytes());
         let n = hs.write_message(&payload, &mut msg[5..])?;
         msg.truncate(5 + n);
         Ok((Initiation { hs, peer, index }, msg))
@@ -315,6 +337,7 @@ impl Initiation {
             peer: self.peer,
             local_index: self.index,
             peer_index: u32::from_le_bytes(peer_index),
+            replaces: None,
         })
     }
 }
@@ -377,9 +400,14 @@ impl Responder {
         let Some(last) = self.peers.get(&peer) else {
             return Err(HandshakeError::UnknownPeer(peer));
         };
-        if n != TIMESTAMP_LEN + 4 || payload[TIMESTAMP_LEN..n] != *sender {
+        if n != PAYLOAD_LEN || payload[TIMESTAMP_LEN..TIMESTAMP_LEN + 4] != *sender {
             return Err(HandshakeError::Malformed);
         }
+        let replaces = u32::from_le_bytes(
+            payload[TIMESTAMP_LEN + 4..PAYLOAD_LEN]
+                .try_into()
+                .map_err(|_| HandshakeError::Malformed)?,
+        );
         let ts: [u8; TIMESTAMP_LEN] = payload[..TIMESTAMP_LEN]
             .try_into()
             .map_err(|_| HandshakeError::Malformed)?;
@@ -403,6 +431,7 @@ impl Responder {
             peer_index: u32::from_le_bytes(
                 sender.try_into().map_err(|_| HandshakeError::Malformed)?,
             ),
+            replaces: (replaces != 0).then_some(replaces),
         };
         Ok((keys, out))
     }

@@ -30,6 +30,8 @@ pub trait LayerSet {
     fn can_accept(&self) -> bool;
     /// [`Layer::busy`] of any layer.
     fn busy(&self) -> bool;
+    /// [`Layer::holds_unacked`] of any layer.
+    fn holds_unacked(&self) -> bool;
     /// [`Layer::pre_send`] of layer `i`.
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict;
     /// [`Layer::post_send`] of layer `i`.
@@ -76,6 +78,9 @@ impl LayerSet for DynStack {
     }
     fn busy(&self) -> bool {
         self.iter().any(|l| l.busy())
+    }
+    fn holds_unacked(&self) -> bool {
+        self.iter().any(|l| l.holds_unacked())
     }
     #[inline]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {
@@ -139,6 +144,9 @@ impl LayerSet for () {
     fn busy(&self) -> bool {
         false
     }
+    fn holds_unacked(&self) -> bool {
+        false
+    }
     fn pre_send_at(&self, _: usize, _: &mut Packet<'_>) -> Verdict {
         Verdict::Continue
     }
@@ -192,6 +200,9 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
     }
     fn busy(&self) -> bool {
         self.0.busy() || self.1.busy()
+    }
+    fn holds_unacked(&self) -> bool {
+        self.0.holds_unacked() || self.1.holds_unacked()
     }
     #[inline(always)]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {

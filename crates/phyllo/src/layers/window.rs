@@ -326,7 +326,11 @@ impl Layer for Window {
     }
 
     fn busy(&self) -> bool {
-        !self.unacked.is_empty() || !self.backlog.is_empty() || self.ack_at.is_some()
+        self.holds_unacked() || self.ack_at.is_some()
+    }
+
+    fn holds_unacked(&self) -> bool {
+        !self.unacked.is_empty() || !self.backlog.is_empty()
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {

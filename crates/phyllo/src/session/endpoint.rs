@@ -31,20 +31,25 @@
 //! a peer silent for [`dead_after`](SessionConfig::dead_after) while data is outstanding, a
 //! failed handshake, the key-usage limit, an idle timeout, or [`close`](SessionEndpoint::close)
 //! — and then every message the application sent that the session had not *confirmed* is
-//! handed back in [`Event::Ended`], in order: confirmed means the connection went idle after
-//! it (everything sent was acknowledged), so a message is either known delivered or
-//! returned, never silently lost. Messages sent while a session is being replaced wait and go
+//! handed back in [`Event::Ended`], in order: confirmed means that afterwards, at some moment,
+//! everything the connection had sent was acknowledged
+//! ([`Connection::all_acknowledged`]), so a message is either known delivered or returned,
+//! never silently lost. (A returned message may have arrived all the same — its
+//! acknowledgement was lost — so an application that sends returned messages again gets
+//! at-least-once across sessions.) Messages sent while a session is being replaced wait and go
 //! into the new one, after the old one's are confirmed, so order between sessions holds.
 //! The copies kept for this are bounded by [`retain_limit`](SessionConfig::retain_limit):
 //! beyond it `send` says `WouldBlock` until the session confirms.
 //!
-//! A restarted peer is detected within a bound: a restarted initiator sends a new initiation
-//! (newer timestamp), which supersedes its old session at once; the old one is retired after
-//! at most [`retire_after`](SessionConfig::retire_after). A restarted responder no longer
-//! knows the session: the initiator, hearing nothing for `dead_after` while data is
-//! outstanding, handshakes again and ends the dead session when the new one is up — within
-//! `dead_after` plus one handshake (retried every
-//! [`handshake_timeout`](SessionConfig::handshake_timeout)).
+//! A restarted peer is detected within a bound. A restarted initiator sends a new initiation
+//! (newer timestamp) that names no session to replace: the responder ends the old session at
+//! once, reporting what it held — one round trip after the restart. (A rekey's initiation
+//! names the session it replaces, authenticated, and that one retires gracefully: it has
+//! [`retire_after`](SessionConfig::retire_after) to confirm what it holds.) A restarted
+//! responder no longer knows the session: the initiator, hearing nothing for `dead_after`
+//! while data is outstanding, handshakes again and ends the dead session when the new one is
+//! up — within `dead_after` plus one handshake (retried after
+//! [`handshake_timeout`](SessionConfig::handshake_timeout), then backing off).
 //!
 //! # Key usage limits
 //!
@@ -365,14 +370,25 @@ struct Session<S: LayerSet> {
 
 impl<S: LayerSet> Session<S> {
     fn outstanding(&self) -> bool {
-        !self.unconfirmed.is_empty() || !self.conn.is_idle()
+        !self.unconfirmed.is_empty() || !self.conn.all_acknowledged()
     }
 
-    /// The connection is idle: everything sent so far was acknowledged.
+    /// Everything sent so far was acknowledged: the messages kept are confirmed.
     fn confirm(&mut self) {
-        if !self.unconfirmed.is_empty() && self.conn.is_idle() {
+        if !self.unconfirmed.is_empty() && self.conn.all_acknowledged() {
             self.unconfirmed.clear();
             self.unconfirmed_bytes = 0;
+        }
+    }
+
+    /// Run the accelerator's deferred post-processing now (the send about to happen would
+    /// run it first anyway) and confirm: in a request-response exchange the moment when
+    /// everything sent is acknowledged lies between a delivery's deferred work and the next
+    /// send, and is seen only here.
+    fn settle(&mut self, now: Time) {
+        if !self.unconfirmed.is_empty() && self.conn.needs_post_process() {
+            self.conn.post_process(now);
+            self.confirm();
         }
     }
 
@@ -660,7 +676,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
             }
             None => (0, now),
         };
-        let Ok((init, body)) = Initiation::start(&self.local, peer.key, index, ts) else {
+        // A rekey names the session it replaces, so the responder retires that one gracefully;
+        // a session found dead is not named (the responder may have forgotten it).
+        let replaces = peer.current.as_ref().filter(|s| !s.dead).map(|s| s.remote);
+        let Ok((init, body)) =
+            Initiation::start_replacing(&self.local, peer.key, index, ts, replaces)
+        else {
             return;
         };
         let keys = ResponderMacKeys::new(&peer.key.0);
@@ -700,6 +721,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let open = peer.retiring.is_none() && peer.outbox.is_empty();
         match peer.current.as_mut() {
             Some(s) if open && s.conn.stats().datagrams_out < self.cfg.reject_after => {
+                s.settle(now);
                 let was_outstanding = s.outstanding();
                 match s.conn.send(now, data) {
                     Ok(()) => {
@@ -1057,10 +1079,15 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         let peer = &mut self.peers[p.0 as usize];
         if let Some(old) = peer.current.take() {
+            // The old session retires gracefully only when it is alive and the handshake says
+            // it replaces it (a rekey: its messages may still be confirmed); a restarted peer
+            // replaces nothing, and what the old session holds is reported at once.
             let (deadline, reason) = if old.dead {
                 (now, EndReason::PeerDead)
-            } else {
+            } else if keys.role == Role::Initiator || keys.replaces == Some(old.local) {
                 (now + retire_after, EndReason::Superseded)
+            } else {
+                (now, EndReason::Superseded)
             };
             peer.retiring = Some(Retiring {
                 session: old,
@@ -1115,6 +1142,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
                     if s.conn.stats().datagrams_out >= reject_after {
                         break;
                     }
+                    s.settle(now);
                     let was_outstanding = s.outstanding();
                     match s.conn.send(now, m) {
                         Ok(()) => {

@@ -1,0 +1,206 @@
+//! `phyllo serve`: many sessions on one UDP socket — echo for pings, sink for data, and with
+//! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
+
+use crate::sessiond::{self, Node, DATA, END, HASH, PING};
+use anyhow::{Context, Result};
+use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// `phyllo serve` options.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:7700")]
+    pub listen: String,
+    /// This server's private key file (from `phyllo keygen`).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// A client's public key (a `.pub` file or 64 hexadecimal digits); repeat for more.
+    #[arg(long, required = true)]
+    pub allow: Vec<String>,
+    /// The stack of every session.
+    #[arg(long, default_value = sessiond::DEFAULT_STACK)]
+    pub stack: String,
+    /// Put the Protocol Accelerator in front of the stack.
+    #[arg(long)]
+    pub accel: bool,
+    /// Write each stream received to a file in this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Busy-poll the socket (lowest latency, one core busy).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Stop after this many streams have ended (0: run until Ctrl-C).
+    #[arg(long, default_value_t = 0)]
+    pub streams: u64,
+    /// Print the address actually bound (for `--listen 127.0.0.1:0`) on the first line.
+    #[arg(long)]
+    pub print_addr: bool,
+}
+
+#[derive(Default)]
+struct Stream {
+    bytes: u64,
+    msgs: u64,
+    hash: Sha256,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    /// Answers that did not fit yet.
+    replies: VecDeque<Vec<u8>>,
+    files: u64,
+}
+
+/// Run the server.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let key = crate::keys::read_private(&args.key)?;
+    let allowed = args
+        .allow
+        .iter()
+        .map(|a| sessiond::read_public(a))
+        .collect::<Result<Vec<_>>>()?;
+    let addr = sessiond::parse_addr(&args.listen)?;
+    let mut node = Node::bind(addr, key, allowed, &args.stack, args.accel)?;
+    node.busy = args.busy_poll;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let stop = sessiond::interrupted()?;
+    if args.print_addr {
+        println!("{}", node.local_addr());
+    }
+    eprintln!(
+        "serving on {} (public key {}), stack `{}`{}",
+        node.local_addr(),
+        node.ep.public(),
+        args.stack,
+        if args.accel { ", accelerated" } else { "" }
+    );
+    let mut streams: HashMap<PeerId, Stream> = HashMap::new();
+    let mut ended_streams = 0u64;
+    let started = Instant::now();
+    while !sessiond::is_set(&stop) {
+        node.pump(Duration::from_millis(50))?;
+        while let Some(e) = node.ep.poll_event() {
+            match e {
+                Event::Established { peer, key, .. } => eprintln!(
+                    "session up: peer {}… at {}",
+                    &key.to_string()[..12],
+                    node.ep
+                        .peer_addr(peer)
+                        .map_or("?".into(), |a| a.to_string())
+                ),
+                Event::Ended {
+                    peer,
+                    reason,
+                    unconfirmed,
+                } => eprintln!(
+                    "session ended: peer {} ({reason:?}), {} messages unconfirmed",
+                    peer.0,
+                    unconfirmed.len()
+                ),
+            }
+        }
+        let readable = std::mem::take(&mut node.readable);
+        for p in readable {
+            let st = streams.entry(p).or_default();
+            loop {
+                let now = node.now();
+                // Replies first, in order; a full session stops this peer's reading until
+                // the next round (its messages wait in the session, nothing is lost).
+                while let Some(r) = st.replies.front() {
+                    match node.ep.send(now, p, r) {
+                        Ok(()) => {
+                            st.replies.pop_front();
+                        }
+                        Err(SessionSendError::WouldBlock) => break,
+                        Err(e) => {
+                            eprintln!("peer {}: reply dropped: {e}", p.0);
+                            st.replies.pop_front();
+                        }
+                    }
+                }
+                if !st.replies.is_empty() {
+                    node.readable.push(p);
+                    break;
+                }
+                let dir = args.out.as_ref();
+                let got = node
+                    .ep
+                    .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
+                        match m.first() {
+                            Some(&PING) => Ok(Some(m.to_vec())),
+                            Some(&DATA) => {
+                                st.bytes += m.len() as u64 - 1;
+                                st.msgs += 1;
+                                st.hash.update(&m[1..]);
+                                if let Some(dir) = dir {
+                                    if st.file.is_none() {
+                                        let path = dir.join(format!("stream-{}-{}", p.0, st.files));
+                                        let f =
+                                            std::fs::File::create(&path).with_context(|| {
+                                                format!("creating {}", path.display())
+                                            })?;
+                                        st.file = Some(std::io::BufWriter::new(f));
+                                    }
+                                    if let Some(f) = st.file.as_mut() {
+                                        f.write_all(&m[1..]).context("writing the stream")?;
+                                    }
+                                }
+                                Ok(None)
+                            }
+                            Some(&END) => {
+                                let digest = std::mem::take(&mut st.hash).finalize();
+                                if let Some(mut f) = st.file.take() {
+                                    f.flush().context("writing the stream")?;
+                                    st.files += 1;
+                                }
+                                let mut r = vec![HASH];
+                                r.extend_from_slice(sessiond::hex_digest(&digest).as_bytes());
+                                Ok(Some(r))
+                            }
+                            _ => Ok(None),
+                        }
+                    });
+                match got {
+                    None => break,
+                    Some(r) => {
+                        if let Some(reply) = r? {
+                            if reply[0] == HASH {
+                                ended_streams += 1;
+                                eprintln!(
+                                    "stream from peer {} ended: {} bytes in {} messages, sha256 {}",
+                                    p.0,
+                                    st.bytes,
+                                    st.msgs,
+                                    String::from_utf8_lossy(&reply[1..])
+                                );
+                                st.bytes = 0;
+                                st.msgs = 0;
+                            }
+                            st.replies.push_back(reply);
+                        }
+                    }
+                }
+            }
+        }
+        if args.streams > 0 && ended_streams >= args.streams {
+            // Let the last answers be confirmed before going.
+            let until = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < until {
+                node.pump(Duration::from_millis(10))?;
+            }
+            break;
+        }
+    }
+    eprintln!("stopping after {:.1} s", started.elapsed().as_secs_f64());
+    for p in node.ep.peers().collect::<Vec<_>>() {
+        if let (Some(k), Some(s)) = (node.ep.peer_key(p), node.ep.peer_stats(p)) {
+            eprintln!("{}", sessiond::stats_line(&k, node.ep.peer_addr(p), &s));
+        }
+    }
+    eprintln!("{}", sessiond::drops_line(&node.ep));
+    Ok(())
+}

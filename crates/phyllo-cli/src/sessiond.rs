@@ -1,0 +1,297 @@
+//! The session endpoint over a real UDP socket, and what `serve` and `connect` say to each
+//! other.
+//!
+//! [`Node`] is the thin driver: it moves datagrams between a [`UdpLink`] (batched
+//! `sendmmsg`/`recvmmsg`) and a sans-IO [`SessionEndpoint`], maps the monotonic clock onto
+//! protocol time and runs the endpoint's timers; the commands do the rest with the endpoint's
+//! own calls. Initiation timestamps come from the wall clock at start-up plus the monotonic
+//! time since, so they grow across restarts of the process.
+//!
+//! The application protocol on top: every message starts with a type byte — `p` a ping (the
+//! server sends it back), `d` data (the server counts it and, with `--out`, writes it to a
+//! file), `e` the end of a stream (the server answers `h` and the SHA-256 of the stream in
+//! hexadecimal).
+
+use anyhow::{bail, Context, Result};
+use phyllo::link::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use phyllo::session::endpoint::{Input, PeerId, PeerStats, SessionConfig, SessionEndpoint};
+use phyllo::session::{PublicKey, StaticKey};
+use phyllo::{Connection, Time};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A ping; echoed.
+pub const PING: u8 = b'p';
+/// Data of a stream.
+pub const DATA: u8 = b'd';
+/// End of a stream; answered by [`HASH`].
+pub const END: u8 = b'e';
+/// The SHA-256 of a stream, hexadecimal.
+pub const HASH: u8 = b'h';
+
+/// The default stack of sessions.
+pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";
+
+/// Read a public key from a `.pub` file, or take it as 64 hexadecimal digits.
+pub fn read_public(arg: &str) -> Result<PublicKey> {
+    let text = if Path::new(arg).exists() {
+        std::fs::read_to_string(arg).with_context(|| format!("reading {arg}"))?
+    } else {
+        arg.to_string()
+    };
+    let bytes = phyllo::session::parse_key_hex(&text)
+        .with_context(|| format!("{arg}: not a public key file or 64 hexadecimal digits"))?;
+    Ok(PublicKey(bytes))
+}
+
+/// A flag Ctrl-C sets.
+pub fn interrupted() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    ctrlc::set_handler(move || f.store(true, Ordering::SeqCst))
+        .context("installing the Ctrl-C handler")?;
+    Ok(flag)
+}
+
+/// Whether `flag` was set.
+pub fn is_set(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::SeqCst)
+}
+
+/// A session endpoint on a UDP socket.
+pub struct Node {
+    /// The endpoint.
+    pub ep: SessionEndpoint,
+    link: UdpLink,
+    batch: RecvBatch,
+    epoch: Instant,
+    out: Vec<Vec<u8>>,
+    dest: Vec<SocketAddr>,
+    /// Busy-poll instead of sleeping in the kernel.
+    pub busy: bool,
+    /// Peers that received data since the caller last took this list.
+    pub readable: Vec<PeerId>,
+}
+
+impl Node {
+    /// Bind `addr` and make an endpoint with `key`, accepting `allowed`, whose sessions run
+    /// `stack` (accelerated or not).
+    pub fn bind(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<Node> {
+        // The spec is checked once here, so a bad one is an error now, not a failed session.
+        phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+        let link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        let _ = link.set_recv_buffer_size(8 << 20);
+        let _ = link.set_send_buffer_size(8 << 20);
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let epoch_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .context("the system clock is before 1970")?
+            .as_nanos();
+        let spec = stack.to_string();
+        let ep = SessionEndpoint::new(
+            key,
+            allowed,
+            SessionConfig {
+                accelerate,
+                epoch_ns,
+                ..SessionConfig::default()
+            },
+            Box::new(move |mut c| {
+                c.verify_fast_path = false;
+                Connection::from_spec(&spec, c)
+            }),
+            seed,
+        );
+        Ok(Node {
+            ep,
+            link,
+            batch: RecvBatch::new(MAX_BATCH, 65_536),
+            epoch: Instant::now(),
+            out: Vec::new(),
+            dest: Vec::new(),
+            busy: false,
+            readable: Vec::new(),
+        })
+    }
+
+    /// The socket's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.link.local_addr()
+    }
+
+    /// Protocol time now.
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Send everything the endpoint has to send, batched by destination.
+    pub fn flush(&mut self) -> Result<()> {
+        loop {
+            let mut n = 0;
+            while n < MAX_BATCH {
+                if self.out.len() <= n {
+                    self.out.push(Vec::with_capacity(2048));
+                }
+                match self.ep.poll_transmit(&mut self.out[n]) {
+                    Some(to) => {
+                        if self.dest.len() <= n {
+                            self.dest.push(to);
+                        } else {
+                            self.dest[n] = to;
+                        }
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            let mut i = 0;
+            while i < n {
+                let to = self.dest[i];
+                let j = (i..n).find(|&j| self.dest[j] != to).unwrap_or(n);
+                let views: Vec<&[u8]> = self.out[i..j].iter().map(|v| v.as_slice()).collect();
+                let mut sent = 0;
+                while sent < views.len() {
+                    match self.link.send_batch_to(&views[sent..], to) {
+                        Ok(k) => sent += k.max(1),
+                        // A datagram the network refuses (no route, unreachable peer) is a
+                        // loss the protocol recovers from.
+                        Err(_) => sent += 1,
+                    }
+                }
+                i = j;
+            }
+        }
+    }
+
+    /// One round: send, wait for input at most `wait` (or until the endpoint's next timer),
+    /// hand it to the endpoint, run due timers, send again. Returns datagrams received.
+    pub fn pump(&mut self, wait: Duration) -> Result<usize> {
+        self.flush()?;
+        let now = self.now();
+        let wait = match self.ep.poll_timeout() {
+            Some(t) if t <= now => Duration::ZERO,
+            Some(t) => wait.min(t - now),
+            None => wait,
+        };
+        let mut got = if self.busy {
+            self.link
+                .recv_busy(&mut self.batch, Instant::now() + wait)
+                .context("receiving")?
+        } else if wait.is_zero() {
+            self.link.try_recv(&mut self.batch).context("receiving")?
+        } else {
+            self.link
+                .recv_timeout(&mut self.batch, Some(wait.max(Duration::from_micros(50))))
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(0),
+                    _ => Err(e),
+                })
+                .context("receiving")?
+        };
+        let mut total = 0;
+        let mut rounds = 0;
+        while got > 0 {
+            total += got;
+            let now = self.now();
+            for i in 0..got {
+                let (Some(d), Some(from)) = (self.batch.get(i), self.batch.source(i)) else {
+                    continue;
+                };
+                if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
+                    if !self.readable.contains(&p) {
+                        self.readable.push(p);
+                    }
+                }
+            }
+            rounds += 1;
+            if rounds >= 8 {
+                break;
+            }
+            self.flush()?;
+            got = self.link.try_recv(&mut self.batch).context("receiving")?;
+        }
+        let now = self.now();
+        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+            self.ep.handle_timeout(now);
+        }
+        self.flush()?;
+        Ok(total)
+    }
+}
+
+/// A peer's statistics as one line.
+pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> String {
+    let fast = s.fast_msgs + s.slow_msgs;
+    let ratio = if fast > 0 {
+        format!("{:.3}", s.fast_msgs as f64 / fast as f64)
+    } else {
+        "-".into()
+    };
+    let key = key.to_string();
+    format!(
+        "peer {}… at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
+         fast-path ratio {}, datagrams dropped {}, returned unconfirmed {}",
+        &key[..12],
+        addr.map_or("?".into(), |a| a.to_string()),
+        s.sessions,
+        s.sent_msgs,
+        s.delivered,
+        s.datagrams_out,
+        s.datagrams_in,
+        s.bytes_out,
+        ratio,
+        s.input_drops,
+        s.unconfirmed,
+    )
+}
+
+/// The endpoint's drops by reason as one line.
+pub fn drops_line(ep: &SessionEndpoint) -> String {
+    let s = ep.stats();
+    let drops: Vec<String> = phyllo::session::endpoint::Drop::ALL
+        .iter()
+        .filter(|&&d| s.dropped(d) > 0)
+        .map(|&d| format!("{} {}", d.name(), s.dropped(d)))
+        .collect();
+    format!(
+        "endpoint: sessions established {}, ended {}, cookie replies {}, drops: {}",
+        s.established,
+        s.ended,
+        s.cookie_replies,
+        if drops.is_empty() {
+            "none".into()
+        } else {
+            drops.join(", ")
+        }
+    )
+}
+
+/// Hexadecimal SHA-256.
+pub fn hex_digest(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Fail unless `s` names a socket address.
+pub fn parse_addr(s: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    match s.to_socket_addrs() {
+        Ok(mut it) => match it.next() {
+            Some(a) => Ok(a),
+            None => bail!("{s}: no address"),
+        },
+        Err(e) => bail!("{s}: not an address ({e})"),
+    }
+}
