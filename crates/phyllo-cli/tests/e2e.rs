@@ -1,0 +1,347 @@
+//! `phyllo serve` and `phyllo connect` as two processes: a 256 MiB file over loopback, a file
+//! across two network namespaces through `phyllo relay`'s impaired path, and the one-line
+//! errors of bad input.
+
+use rand::{RngCore, SeedableRng};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_phyllo");
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("phyllo-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    let out = Command::new(BIN)
+        .args(["keygen", "--out"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    p
+}
+
+fn pubfile(p: &Path) -> String {
+    format!("{}.pub", p.display())
+}
+
+/// A file of `bytes` seeded random bytes; returns its SHA-256.
+fn random_file(path: &Path, bytes: usize) -> Vec<u8> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut h = Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        rng.fill_bytes(&mut chunk[..n]);
+        h.update(&chunk[..n]);
+        f.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    f.flush().unwrap();
+    h.finalize().to_vec()
+}
+
+fn sha256_of(path: &Path) -> Vec<u8> {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path).unwrap();
+    std::io::copy(&mut f, &mut h).unwrap();
+    h.finalize().to_vec()
+}
+
+/// A child process killed when dropped.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start a command that prints its bound address on its first line; returns it and the line.
+fn spawn_with_addr(mut cmd: Command) -> (Kill, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (Kill(child), line.trim().to_string())
+}
+
+fn wait_exit(k: &mut Kill, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if let Ok(Some(s)) = k.0.try_wait() {
+            return s.success();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn serve_and_connect_move_256_mib_intact_over_loopback() {
+    let dir = tmpdir("loopback");
+    let (s, c) = (keygen(&dir, "server"), keygen(&dir, "client"));
+    let file = dir.join("input");
+    let want = random_file(&file, 256 << 20);
+    let out = dir.join("out");
+    let mut serve = Command::new(BIN);
+    serve
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--print-addr",
+            "--accel",
+            "--streams",
+            "1",
+        ])
+        .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
+        .arg("--out")
+        .arg(&out);
+    let (mut server, addr) = spawn_with_addr(serve);
+    let o = Command::new(BIN)
+        .args(["connect", &addr, "--accel", "--quiet"])
+        .args(["--key", c.to_str().unwrap(), "--server-key", &pubfile(&s)])
+        .arg("--file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("verified=yes"), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("bytes={}", 256 << 20)));
+    assert!(
+        wait_exit(&mut server, Duration::from_secs(20)),
+        "serve did not stop"
+    );
+    assert_eq!(
+        sha256_of(&out.join("stream-0-0")),
+        want,
+        "the file written differs"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Network namespaces joined by veth pairs, the relay between them in the root namespace.
+struct Netns {
+    names: Vec<String>,
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), stderr(&o).trim()))
+    }
+}
+
+/// Namespaces `a` (10.231.1.2, reaching the root namespace at 10.231.1.1) and `b`
+/// (10.231.2.2, root at 10.231.2.1).
+fn make_netns(tag: &str) -> Result<(Netns, String, String), String> {
+    let a = format!("phyllo-a-{tag}");
+    let b = format!("phyllo-b-{tag}");
+    let mut ns = Netns { names: vec![] };
+    for (n, host, peer, net) in [(&a, "pa0", "pa1", 1), (&b, "pb0", "pb1", 2)] {
+        ip(&["netns", "add", n])?;
+        ns.names.push(n.clone());
+        let _ = ip(&["link", "del", host]);
+        ip(&["link", "add", host, "type", "veth", "peer", "name", peer])?;
+        ip(&["link", "set", peer, "netns", n])?;
+        ip(&["addr", "add", &format!("10.231.{net}.1/24"), "dev", host])?;
+        ip(&["link", "set", host, "up"])?;
+        ip(&[
+            "-n",
+            n,
+            "addr",
+            "add",
+            &format!("10.231.{net}.2/24"),
+            "dev",
+            peer,
+        ])?;
+        ip(&["-n", n, "link", "set", peer, "up"])?;
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+    }
+    Ok((ns, a, b))
+}
+
+#[test]
+fn serve_and_connect_across_namespaces_through_an_impaired_relay() {
+    let tag = format!("{}", std::process::id() % 100_000);
+    let (_ns, a, b) = match make_netns(&tag) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!(
+                "SKIPPED serve_and_connect_across_namespaces_through_an_impaired_relay: \
+                 cannot make network namespaces here (needs root and iproute2): {e}"
+            );
+            return;
+        }
+    };
+    let dir = tmpdir("netns");
+    let (s, c) = (keygen(&dir, "server"), keygen(&dir, "client"));
+    let file = dir.join("input");
+    let want = random_file(&file, 4 << 20);
+    let out = dir.join("out");
+    // This kernel has no netem: the relay impairs the path (5 % loss, 5 ms delay, jitter,
+    // reordering, duplication, corruption).
+    let mut relay = Command::new(BIN);
+    relay.args([
+        "relay",
+        "--listen",
+        "10.231.1.1:7801",
+        "--to",
+        "10.231.2.2:7802",
+        "--print-addr",
+        "--loss",
+        "0.05",
+        "--delay",
+        "5",
+        "--jitter",
+        "1",
+        "--reorder",
+        "0.05",
+        "--duplicate",
+        "0.02",
+        "--corrupt",
+        "0.005",
+        "--seed",
+        "3",
+    ]);
+    let (_relay, relay_addr) = spawn_with_addr(relay);
+    assert_eq!(relay_addr, "10.231.1.1:7801");
+    let mut serve = Command::new("ip");
+    serve
+        .args([
+            "netns",
+            "exec",
+            &b,
+            BIN,
+            "serve",
+            "--listen",
+            "10.231.2.2:7802",
+        ])
+        .args(["--print-addr", "--accel", "--streams", "1"])
+        .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
+        .arg("--out")
+        .arg(&out);
+    let (mut server, _) = spawn_with_addr(serve);
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &a,
+            BIN,
+            "connect",
+            "10.231.1.1:7801",
+            "--accel",
+            "--quiet",
+        ])
+        .args(["--key", c.to_str().unwrap(), "--server-key", &pubfile(&s)])
+        .arg("--file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("verified=yes"), "{}", stdout(&o));
+    assert!(
+        wait_exit(&mut server, Duration::from_secs(20)),
+        "serve did not stop"
+    );
+    assert_eq!(sha256_of(&out.join("stream-0-0")), want);
+    eprintln!("across namespaces: {}", stdout(&o).trim());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let dir = tmpdir("errors");
+    let (s, c) = (keygen(&dir, "server"), keygen(&dir, "client"));
+    let stranger = keygen(&dir, "stranger");
+    let mut serve = Command::new(BIN);
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0", "--print-addr"])
+        .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)]);
+    let (_server, addr) = spawn_with_addr(serve);
+    let one_line_error = |o: &Output, needle: &str| {
+        assert!(!o.status.success());
+        let e = stderr(o);
+        let last = e.lines().last().unwrap_or("");
+        assert!(last.starts_with("error: "), "{e}");
+        assert!(last.contains(needle), "{e}");
+    };
+    // A key the server does not allow, and the wrong server key: no session, said clearly.
+    for (key, server_key) in [(&stranger, pubfile(&s)), (&c, pubfile(&stranger))] {
+        let o = Command::new(BIN)
+            .args(["connect", &addr, "--ping", "1", "--timeout", "1"])
+            .args(["--key", key.to_str().unwrap(), "--server-key", &server_key])
+            .output()
+            .unwrap();
+        one_line_error(&o, "no session with");
+    }
+    // The address in use.
+    let o = Command::new(BIN)
+        .args(["serve", "--listen", &addr])
+        .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
+        .output()
+        .unwrap();
+    one_line_error(&o, "cannot listen on");
+    // A malformed key file.
+    let bad = dir.join("bad");
+    std::fs::write(&bad, "not a key\n").unwrap();
+    let o = Command::new(BIN)
+        .args([
+            "connect",
+            &addr,
+            "--key",
+            bad.to_str().unwrap(),
+            "--server-key",
+        ])
+        .arg(pubfile(&s))
+        .output()
+        .unwrap();
+    one_line_error(&o, "not a key");
+    // The genuine pair works after all that.
+    let o = Command::new(BIN)
+        .args(["connect", &addr, "--ping", "20", "--size", "64", "--quiet"])
+        .args(["--key", c.to_str().unwrap(), "--server-key", &pubfile(&s)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("pings=20"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
