@@ -93,6 +93,9 @@ enum Dest {
     Down(SocketAddr),
 }
 
+/// A datagram held until its release instant (the serial keeps equal instants in order).
+type Held = (Instant, u64, Dest, Vec<u8>);
+
 /// Run the relay until killed.
 pub fn relay(args: RelayArgs) -> Result<()> {
     let listen_addr = crate::sessiond::parse_addr(&args.listen)?;
@@ -119,7 +122,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
     };
     let mut clients: HashMap<SocketAddr, usize> = HashMap::new();
     let mut backs: Vec<(UdpSocket, SocketAddr)> = Vec::new();
-    let mut held: BinaryHeap<Reverse<(Instant, u64, Dest, Vec<u8>)>> = BinaryHeap::new();
+    let mut held: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
     let mut serial = 0u64;
     let mut buf = vec![0u8; 65_536];
     let bind_any: SocketAddr = if to.is_ipv4() {
@@ -158,17 +161,12 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         }
         // From the service.
         for (s, client) in &backs {
-            loop {
-                match s.recv(&mut buf) {
-                    Ok(n) => {
-                        moved = true;
-                        let mut d = buf[..n].to_vec();
-                        for at in imp.plan(Instant::now(), &mut d) {
-                            serial += 1;
-                            held.push(Reverse((at, serial, Dest::Down(*client), d.clone())));
-                        }
-                    }
-                    Err(_) => break,
+            while let Ok(n) = s.recv(&mut buf) {
+                moved = true;
+                let mut d = buf[..n].to_vec();
+                for at in imp.plan(Instant::now(), &mut d) {
+                    serial += 1;
+                    held.push(Reverse((at, serial, Dest::Down(*client), d.clone())));
                 }
             }
         }

@@ -20,8 +20,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub key: PathBuf,
     /// A client's public key (a `.pub` file or 64 hexadecimal digits); repeat for more.
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "allow_file")]
     pub allow: Vec<String>,
+    /// A file of allowed public keys, one per line.
+    #[arg(long)]
+    pub allow_file: Option<PathBuf>,
+    /// Also echo raw UDP datagrams on this address, in the same loop (a baseline for
+    /// latency comparisons that pays the same polling).
+    #[arg(long)]
+    pub raw_echo: Option<String>,
     /// The stack of every session.
     #[arg(long, default_value = sessiond::DEFAULT_STACK)]
     pub stack: String,
@@ -56,11 +63,35 @@ struct Stream {
 /// Run the server.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let key = crate::keys::read_private(&args.key)?;
-    let allowed = args
+    let mut allowed = args
         .allow
         .iter()
         .map(|a| sessiond::read_public(a))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(f) = &args.allow_file {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let k = phyllo::session::parse_key_hex(line)
+                .with_context(|| format!("{}:{}: not a public key", f.display(), i + 1))?;
+            allowed.push(phyllo::session::PublicKey(k));
+        }
+    }
+    let raw = match &args.raw_echo {
+        Some(a) => {
+            let a = sessiond::parse_addr(a)?;
+            let s =
+                std::net::UdpSocket::bind(a).with_context(|| format!("cannot listen on {a}"))?;
+            s.set_nonblocking(true)?;
+            Some(s)
+        }
+        None => None,
+    };
+    let mut raw_buf = vec![0u8; 65_536];
     let addr = sessiond::parse_addr(&args.listen)?;
     let mut node = Node::bind(addr, key, allowed, &args.stack, args.accel)?;
     node.busy = args.busy_poll;
@@ -69,7 +100,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let stop = sessiond::interrupted()?;
     if args.print_addr {
-        println!("{}", node.local_addr());
+        match &raw {
+            Some(r) => println!("{} {}", node.local_addr(), r.local_addr()?),
+            None => println!("{}", node.local_addr()),
+        }
     }
     eprintln!(
         "serving on {} (public key {}), stack `{}`{}",
@@ -82,7 +116,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let mut ended_streams = 0u64;
     let started = Instant::now();
     while !sessiond::is_set(&stop) {
-        node.pump(Duration::from_millis(50))?;
+        match &raw {
+            // Poll both sockets without sleeping in either.
+            Some(r) => {
+                node.pump(Duration::ZERO)?;
+                while let Ok((n, from)) = r.recv_from(&mut raw_buf) {
+                    let _ = r.send_to(&raw_buf[..n], from);
+                }
+            }
+            None => {
+                node.pump(Duration::from_millis(50))?;
+            }
+        }
         while let Some(e) = node.ep.poll_event() {
             match e {
                 Event::Established { peer, key, .. } => eprintln!(
@@ -186,6 +231,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 }
             }
         }
+        // Answers go out now, not after the next wait for input.
+        node.flush()?;
         if args.streams > 0 && ended_streams >= args.streams {
             // Let the last answers be confirmed before going.
             let until = Instant::now() + Duration::from_secs(1);

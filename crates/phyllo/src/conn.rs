@@ -247,6 +247,14 @@ impl<S: LayerSet> Connection<S> {
         !self.core.busy() && !self.pa.as_ref().is_some_and(|pa| pa.busy())
     }
 
+    /// Give back memory an idle connection does not need (spare queue capacity, pooled
+    /// buffers, the window's out-of-order slots); the next traffic allocates again. A
+    /// [`SessionEndpoint`](crate::session::endpoint::SessionEndpoint) calls it on sessions
+    /// idle for a while.
+    pub fn shrink(&mut self) {
+        self.core.shrink();
+    }
+
     /// Everything sent so far was acknowledged: nothing waits for the link, for an
     /// acknowledgement, or in the accelerator's deferred work (acknowledgements this end owes
     /// may still be pending). Without a reliable layer, as soon as it left.

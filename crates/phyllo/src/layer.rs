@@ -517,6 +517,13 @@ pub trait Layer: Send {
         self.busy()
     }
 
+    /// Give back memory held for traffic that is not there (empty queues' capacity, slots
+    /// for out-of-order data): a session idle for a while calls it, so that thousands of idle
+    /// sessions cost little. The next burst allocates again.
+    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
+        let _ = pool;
+    }
+
     /// Append this layer's instructions to the accelerator's send filter (seed 004 §3.3):
     /// fill message-specific fields, or reject (non-zero) what the fast path cannot send.
     fn send_filter(&self, seg: &mut Segment) {
@@ -609,6 +616,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn holds_unacked(&self) -> bool {
         (**self).holds_unacked()
+    }
+    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
+        (**self).shrink(pool)
     }
     fn send_filter(&self, seg: &mut Segment) {
         (**self).send_filter(seg)

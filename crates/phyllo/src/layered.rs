@@ -144,10 +144,12 @@ impl<S: LayerSet> Core<S> {
             layers,
             layout,
             pool: Pool::default(),
-            out: VecDeque::with_capacity(64),
+            // Queues grow with the first traffic (a connection that never carries any, like
+            // most of a server's idle sessions, costs nothing for them).
+            out: VecDeque::new(),
             delivered: Ready::new(),
-            queue: VecDeque::with_capacity(64),
-            kept: Vec::with_capacity(4),
+            queue: VecDeque::new(),
+            kept: Vec::new(),
             timers: vec![None; n],
             stats,
             max_queue,
@@ -233,6 +235,20 @@ impl<S: LayerSet> Core<S> {
     /// Whether a layer has work outstanding or a datagram waits for the link.
     pub(crate) fn busy(&self) -> bool {
         !self.out.is_empty() || self.layers.busy()
+    }
+
+    /// Give back what idle traffic does not need: the layers' spare capacity, the queues'
+    /// and the pool's idle buffers.
+    pub(crate) fn shrink(&mut self) {
+        self.layers.shrink(&mut self.pool);
+        self.pool.trim();
+        if self.out.is_empty() {
+            self.out = VecDeque::new();
+        }
+        if self.queue.is_empty() {
+            self.queue = VecDeque::new();
+        }
+        self.delivered.shrink();
     }
 
     /// Whether sent data waits for the link or for an acknowledgement.

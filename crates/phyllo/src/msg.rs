@@ -343,6 +343,11 @@ impl Pool {
         }
     }
 
+    /// Free every idle buffer.
+    pub fn trim(&mut self) {
+        self.free = Vec::new();
+    }
+
     /// Idle buffers held.
     pub fn idle(&self) -> usize {
         self.free.len()

@@ -46,8 +46,15 @@ impl Ready {
     /// An empty queue.
     pub(crate) fn new() -> Ready {
         Ready {
-            entries: VecDeque::with_capacity(64),
+            entries: VecDeque::new(),
             msgs: 0,
+        }
+    }
+
+    /// Give back the capacity of an empty queue.
+    pub(crate) fn shrink(&mut self) {
+        if self.entries.is_empty() {
+            self.entries = VecDeque::new();
         }
     }
 

@@ -32,6 +32,8 @@ pub trait LayerSet {
     fn busy(&self) -> bool;
     /// [`Layer::holds_unacked`] of any layer.
     fn holds_unacked(&self) -> bool;
+    /// [`Layer::shrink`] of every layer.
+    fn shrink(&mut self, pool: &mut crate::msg::Pool);
     /// [`Layer::pre_send`] of layer `i`.
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict;
     /// [`Layer::post_send`] of layer `i`.
@@ -81,6 +83,9 @@ impl LayerSet for DynStack {
     }
     fn holds_unacked(&self) -> bool {
         self.iter().any(|l| l.holds_unacked())
+    }
+    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
+        self.iter_mut().for_each(|l| l.shrink(pool))
     }
     #[inline]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {
@@ -147,6 +152,7 @@ impl LayerSet for () {
     fn holds_unacked(&self) -> bool {
         false
     }
+    fn shrink(&mut self, _: &mut crate::msg::Pool) {}
     fn pre_send_at(&self, _: usize, _: &mut Packet<'_>) -> Verdict {
         Verdict::Continue
     }
@@ -203,6 +209,10 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
     }
     fn holds_unacked(&self) -> bool {
         self.0.holds_unacked() || self.1.holds_unacked()
+    }
+    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
+        self.0.shrink(pool);
+        self.1.shrink(pool);
     }
     #[inline(always)]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {

@@ -5,6 +5,7 @@ mod aead;
 mod analyze;
 mod rawudp;
 mod rtt;
+mod session;
 mod soak;
 mod stack;
 mod stream;
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(accel::Accel),
         Box::new(aead::Aead),
         Box::new(soak::Soak),
+        Box::new(session::Session),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]

@@ -121,7 +121,8 @@ impl Window {
             rto_at: None,
             send_disabled: false,
             rcv_next: 0,
-            ooo: (0..size).map(|_| None).collect(),
+            // Allocated when the first message arrives out of order.
+            ooo: Vec::new(),
             unacked_rx: 0,
             ack_at: None,
         }
@@ -333,6 +334,20 @@ impl Layer for Window {
         !self.unacked.is_empty() || !self.backlog.is_empty()
     }
 
+    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
+        let _ = pool;
+        if self.unacked.is_empty() {
+            self.unacked.shrink_to_fit();
+            self.sent_at.shrink_to_fit();
+        }
+        if self.backlog.is_empty() {
+            self.backlog.shrink_to_fit();
+        }
+        if self.ooo.iter().all(Option::is_none) {
+            self.ooo = Vec::new();
+        }
+    }
+
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
         let Some(f) = self.f else {
             return Verdict::Continue;
@@ -381,7 +396,11 @@ impl Layer for Window {
                 self.rcv_next += 1;
                 self.ack_soon(cx.now());
                 let w = self.cfg.size;
-                while let Some(m) = self.ooo[(self.rcv_next % w as u64) as usize].take() {
+                while let Some(m) = self
+                    .ooo
+                    .get_mut((self.rcv_next % w as u64) as usize)
+                    .and_then(Option::take)
+                {
                     self.rcv_next += 1;
                     self.unacked_rx += 1;
                     cx.deliver_up(m);
@@ -400,6 +419,9 @@ impl Layer for Window {
                     self.send_ack(f, cx);
                 } else if (d as usize) < w {
                     let seq = self.rcv_next + d as u64;
+                    if self.ooo.is_empty() {
+                        self.ooo.resize_with(w, || None);
+                    }
                     let slot = &mut self.ooo[(seq % w as u64) as usize];
                     if slot.is_none() {
                         *slot = Some(m);

@@ -97,6 +97,9 @@ pub struct SessionConfig {
     pub retire_after: Duration,
     /// A session with nothing outstanding and no traffic for this long ends.
     pub idle_timeout: Option<Duration>,
+    /// A session with no traffic and nothing outstanding for this long gives back its
+    /// spare memory ([`Connection::shrink`]).
+    pub shrink_after: Duration,
     /// Datagrams (both directions) after which the initiator rekeys.
     pub rekey_after: u64,
     /// Datagrams sent after which a session sends no more.
@@ -121,6 +124,7 @@ impl Default for SessionConfig {
             handshake_attempts: 12,
             retire_after: Duration::from_secs(1),
             idle_timeout: Some(Duration::from_secs(180)),
+            shrink_after: Duration::from_millis(100),
             rekey_after: 1 << 22,
             reject_after: 1 << 23,
             handshakes_per_sec: 200,
@@ -366,6 +370,8 @@ struct Session<S: LayerSet> {
     unconfirmed: VecDeque<Vec<u8>>,
     unconfirmed_bytes: usize,
     dead: bool,
+    /// Spare memory given back since the last traffic.
+    shrunk: bool,
 }
 
 impl<S: LayerSet> Session<S> {
@@ -420,8 +426,10 @@ struct Peer<S: LayerSet> {
     /// This end may start handshakes with it (it called `connect`).
     dialer: bool,
     current: Option<Session<S>>,
-    retiring: Option<Retiring<S>>,
-    pending: Option<Pending>,
+    // Boxed: rarely there, and large (a whole session; a Noise handshake state), so an idle
+    // peer does not carry their room.
+    retiring: Option<Box<Retiring<S>>>,
+    pending: Option<Box<Pending>>,
     outbox: VecDeque<Vec<u8>>,
     outbox_bytes: usize,
     cookie: Option<([u8; MAC_LEN], Time)>,
@@ -475,8 +483,13 @@ impl<S: LayerSet> Peer<S> {
         if let Some(s) = &self.current {
             if s.outstanding() && !s.dead {
                 at(Some(s.quiet_since + cfg.dead_after));
-            } else if let Some(idle) = cfg.idle_timeout {
-                at(Some(s.last_active + idle_limit(idle, self.dialer)));
+            } else {
+                if !s.shrunk {
+                    at(Some(s.last_active + cfg.shrink_after));
+                }
+                if let Some(idle) = cfg.idle_timeout {
+                    at(Some(s.last_active + idle_limit(idle, self.dialer)));
+                }
             }
         }
         t
@@ -694,14 +707,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let mac1: [u8; MAC_LEN] = msg[body.len()..body.len() + MAC_LEN]
             .try_into()
             .unwrap_or([0; MAC_LEN]);
-        peer.pending = Some(Pending {
+        peer.pending = Some(Box::new(Pending {
             init,
             body,
             mac1,
             sent_at: now,
             first_sent,
             attempts: attempts + 1,
-        });
+        }));
         peer.stats.initiations += 1;
         self.by_index.insert(index, p);
         self.control.push_back((addr, msg));
@@ -731,6 +744,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
                         s.unconfirmed_bytes += data.len();
                         s.unconfirmed.push_back(data.to_vec());
                         s.last_active = now;
+                        s.shrunk = false;
                     }
                     Err(SendError::WouldBlock) => return Err(SessionSendError::WouldBlock),
                     Err(e) => return Err(SessionSendError::Send(e)),
@@ -781,6 +795,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
             }
         }
         None
+    }
+
+    /// Whether everything sent to the peer was acknowledged and the peer's data to this end
+    /// too (no acknowledgement owed): a good moment to go away.
+    pub fn is_quiet(&self, p: PeerId) -> bool {
+        self.peers
+            .get(p.0 as usize)
+            .is_some_and(|peer| peer.outbox.is_empty() && peer.sessions().all(|s| s.conn.is_idle()))
     }
 
     /// Messages waiting for the application from the peer.
@@ -883,6 +905,16 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let peer = &mut self.peers[p.0 as usize];
         if let Some(s) = &mut peer.current {
             s.confirm();
+            if !s.shrunk
+                && !s.outstanding()
+                && s.conn.is_idle()
+                && !s.conn.needs_post_process()
+                && now.since(s.last_active) >= cfg.shrink_after
+            {
+                s.conn.shrink();
+                s.unconfirmed.shrink_to_fit();
+                s.shrunk = true;
+            }
             if s.outstanding() && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
                 s.dead = true;
                 if peer.dialer {
@@ -1048,6 +1080,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         s.quiet_since = now;
         s.last_active = now;
+        s.shrunk = false;
         s.dead = false;
         // Authenticated: the peer may have moved.
         peer.addr = Some(from);
@@ -1089,11 +1122,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
             } else {
                 (now, EndReason::Superseded)
             };
-            peer.retiring = Some(Retiring {
+            peer.retiring = Some(Box::new(Retiring {
                 session: old,
                 deadline,
                 reason,
-            });
+            }));
         }
         self.sessions += 1;
         let peer = &mut self.peers[p.0 as usize];
@@ -1107,6 +1140,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             unconfirmed: VecDeque::new(),
             unconfirmed_bytes: 0,
             dead: false,
+            shrunk: false,
         });
         peer.stats.sessions += 1;
         self.by_index.insert(keys.local_index, p);
@@ -1154,6 +1188,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
                             s.unconfirmed_bytes += m.len();
                             s.unconfirmed.push_back(m);
                             s.last_active = now;
+                            s.shrunk = false;
                         }
                         Err(SendError::WouldBlock) => break,
                         Err(_) => {
