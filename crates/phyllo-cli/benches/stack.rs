@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use phyllo::harness::Pair;
-use phyllo::link::rawudp::{raw_pingpong, PingPongConfig, Summary};
+use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig, Summary};
 use phyllo::stack::LayerSet;
 use phyllo_cli::measure::{rtt_udp, static4_pair};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
 use anyhow::Result;
 use phyllo::accel::Miss;
-use phyllo::link::rawudp::Summary;
+use phyllo_udp::rawudp::Summary;
 use phyllo::Stats;
 use std::time::Duration;
 

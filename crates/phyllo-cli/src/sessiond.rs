@@ -13,7 +13,7 @@
 //! hexadecimal).
 
 use anyhow::{bail, Context, Result};
-use phyllo::link::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use phyllo::session::endpoint::{Input, PeerId, PeerStats, SessionConfig, SessionEndpoint};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::{Connection, Time};

@@ -6,10 +6,10 @@
 //! deliveries and timer deadlines. Links ([`link`]) and drivers do the I/O.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod accel;
 pub mod conn;
-pub mod driver;
 pub mod endpoint;
 pub mod field;
 pub mod filter;

@@ -12,7 +12,7 @@ use crate::measure::{
     stream_udp,
 };
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
-use phyllo::link::rawudp::{raw_pingpong, PingPongConfig};
+use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig};
 use phyllo::{Config, Connection, Role};
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! measured in the same run (the `rtt` and `stream` experiments rerun the baseline beside
 //! themselves; this section shows it on its own, by size).
 
-use phyllo::link::rawudp::{raw_pingpong, raw_stream, PingPongConfig, StreamConfig};
+use phyllo_udp::rawudp::{raw_pingpong, raw_stream, PingPongConfig, StreamConfig};
 
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 

@@ -6,7 +6,7 @@
 
 use crate::measure::{rtt_mem, rtt_udp};
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
-use phyllo::link::rawudp::{raw_pingpong, PingPongConfig, Summary};
+use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig, Summary};
 
 pub const SPEC4: &str = "frag(1400):window(16):checksum:seal";
 pub const SPEC3: &str = "frag(1400):window(16):checksum";

@@ -4,7 +4,7 @@
 use super::rtt::{SPEC3, SPEC4};
 use crate::measure::{stream_mem, stream_udp};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
-use phyllo::link::rawudp::{raw_stream, StreamConfig};
+use phyllo_udp::rawudp::{raw_stream, StreamConfig};
 use std::time::Duration;
 
 /// One-way message rate.

@@ -2,10 +2,7 @@
 //!
 //! - [`memlink`]: in-process, with loss, duplication, reordering, corruption and delay drawn
 //!   from a seed, on a virtual clock, so every failure replays.
-//! - [`udp`]: real sockets, batched with `sendmmsg`/`recvmmsg`, non-blocking, busy-poll or
-//!   blocking.
-//! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
+//!
+//! Real sockets live in the `phyllo-udp` crate (this one makes no system calls).
 
 pub mod memlink;
-pub mod rawudp;
-pub mod udp;

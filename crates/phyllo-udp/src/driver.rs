@@ -5,18 +5,18 @@
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
 
-use crate::conn::Connection;
-use crate::link::udp::{RecvBatch, UdpLink, MAX_BATCH};
-use crate::msg::Msg;
-use crate::stack::{DynStack, LayerSet};
-use crate::time::Time;
+use phyllo::conn::Connection;
+use crate::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use phyllo::msg::Msg;
+use phyllo::stack::{DynStack, LayerSet};
+use phyllo::time::Time;
 use std::io;
 use std::time::Instant;
 
 /// The largest datagram a single receive takes whole (longer ones are truncated, counted
 /// and dropped): above any MTU-sized datagram the accelerator or the frag layer sends, and
 /// what a fresh pooled buffer holds after its headroom.
-const RX_CAPACITY: usize = crate::msg::FRESH_TAILROOM;
+const RX_CAPACITY: usize = phyllo::msg::FRESH_TAILROOM;
 
 /// Empty receives between clock reads while idle ([`UdpDriver::poll`]).
 const IDLE_CLOCK_SPINS: u32 = 16;
@@ -239,7 +239,7 @@ impl<S: LayerSet> UdpDriver<S> {
 
     /// Send an application message (flushed at once). On `WouldBlock` the caller polls and
     /// tries again.
-    pub fn send(&mut self, data: &[u8]) -> Result<(), crate::conn::SendError> {
+    pub fn send(&mut self, data: &[u8]) -> Result<(), phyllo::conn::SendError> {
         let now = self.now();
         self.conn.send(now, data)?;
         let _ = self.flush();
@@ -249,7 +249,7 @@ impl<S: LayerSet> UdpDriver<S> {
     /// Send an application message already in a pooled buffer, without copying it
     /// ([`Connection::send_msg`]; e.g. a delivered message echoed back), flushed at once.
     /// Check [`Connection::can_send`] first: on an error the buffer goes back to the pool.
-    pub fn send_msg(&mut self, m: Msg) -> Result<(), crate::conn::SendError> {
+    pub fn send_msg(&mut self, m: Msg) -> Result<(), phyllo::conn::SendError> {
         let now = self.now();
         self.send_msg_at(now, m)
     }
@@ -257,7 +257,7 @@ impl<S: LayerSet> UdpDriver<S> {
     /// [`UdpDriver::send_msg`] at a time the application already has (from
     /// [`UdpDriver::time_of`] or [`UdpDriver::recent`]), sparing a clock read (~25 ns) on
     /// the send's critical path, as an event loop passes its time along.
-    pub fn send_msg_at(&mut self, now: Time, m: Msg) -> Result<(), crate::conn::SendError> {
+    pub fn send_msg_at(&mut self, now: Time, m: Msg) -> Result<(), phyllo::conn::SendError> {
         self.conn.send_msg(now, m)?;
         let _ = self.flush();
         Ok(())

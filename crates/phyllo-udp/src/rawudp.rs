@@ -21,7 +21,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::udp::{RecvBatch, UdpLink, MAX_BATCH, MAX_UDP_PAYLOAD};
+use crate::udp::{RecvBatch, UdpLink, MAX_BATCH, MAX_UDP_PAYLOAD};
 
 /// Why a baseline could not run.
 #[derive(Debug, thiserror::Error)]

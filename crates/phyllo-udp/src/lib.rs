@@ -1,0 +1,16 @@
+//! phyllo over real UDP sockets: the operating-system side of the sans-IO library.
+//!
+//! The protocol crate (`phyllo`) makes no system calls and has no `unsafe`; everything that
+//! does lives here, in small safe functions with `// SAFETY:` comments where a measured need
+//! required `unsafe` (`sendmmsg`/`recvmmsg` batching, source addresses).
+//!
+//! - [`udp`]: [`UdpLink`](udp::UdpLink), a UDP socket batched with `sendmmsg`/`recvmmsg`,
+//!   non-blocking, busy-poll or blocking.
+//! - [`driver`]: [`UdpDriver`](driver::UdpDriver), one connection over a `UdpLink`.
+//! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
+
+#![warn(missing_docs)]
+
+pub mod driver;
+pub mod rawudp;
+pub mod udp;
