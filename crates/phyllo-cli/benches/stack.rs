@@ -6,9 +6,9 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use phyllo::harness::Pair;
-use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig, Summary};
 use phyllo::stack::LayerSet;
 use phyllo_cli::measure::{rtt_udp, static4_pair};
+use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig, Summary};
 use std::time::Duration;
 
 const SPEC4: &str = "frag(1400):window(16):checksum:seal";

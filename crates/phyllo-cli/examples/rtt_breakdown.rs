@@ -10,9 +10,9 @@
 //! protocol cost. Run: `cargo run --release -p phyllo-cli --example rtt_breakdown [STACK]`.
 
 use anyhow::Result;
+use phyllo_cli::measure::{median, rtt_udp};
 use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig};
 use phyllo_udp::udp::{RecvBatch, UdpLink};
-use phyllo_cli::measure::{median, rtt_udp};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;

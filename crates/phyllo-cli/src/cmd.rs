@@ -3,8 +3,8 @@
 use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
 use anyhow::Result;
 use phyllo::accel::Miss;
-use phyllo_udp::rawudp::Summary;
 use phyllo::Stats;
+use phyllo_udp::rawudp::Summary;
 use std::time::Duration;
 
 /// Options shared by `rtt` and `stream`.

@@ -3,14 +3,14 @@
 //! loopback (two threads, each end its own socket and connection).
 
 use anyhow::{anyhow, bail, Context, Result};
-use phyllo_udp::driver::UdpDriver;
 use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::MemLink;
-use phyllo_udp::rawudp::Summary;
-use phyllo_udp::udp::UdpLink;
 use phyllo::LayerSet;
 use phyllo::{Config, Connection, Msg, Role, Stats};
+use phyllo_udp::driver::UdpDriver;
+use phyllo_udp::rawudp::Summary;
+use phyllo_udp::udp::UdpLink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;

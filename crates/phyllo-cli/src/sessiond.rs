@@ -13,10 +13,10 @@
 //! hexadecimal).
 
 use anyhow::{bail, Context, Result};
-use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use phyllo::session::endpoint::{Input, PeerId, PeerStats, SessionConfig, SessionEndpoint};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::{Connection, Time};
+use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,8 +5,8 @@
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
 
-use phyllo::conn::Connection;
 use crate::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use phyllo::conn::Connection;
 use phyllo::msg::Msg;
 use phyllo::stack::{DynStack, LayerSet};
 use phyllo::time::Time;

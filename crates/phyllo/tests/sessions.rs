@@ -424,3 +424,62 @@ fn the_attack_loses_no_session() {
         assert!(drops > 10_000, "{r:?}");
     }
 }
+
+#[test]
+fn sessions_rekey_before_the_key_limit_without_losing_or_reordering_anything() {
+    for accel in [false, true] {
+        let cfg = SessionConfig {
+            rekey_after: 40,
+            reject_after: 80,
+            ..SessionConfig::default()
+        };
+        let mut w = world_with(accel, Faults::none(Duration::from_millis(1)), 6, cfg);
+        let p = w.connect();
+        let total = 400;
+        let mut next = 0;
+        let mut answered = 0;
+        let limit = Time(60_000_000_000);
+        while w.inbox(w.server).len() < total && w.net.now < limit {
+            let now = w.net.now;
+            // At most 20 messages ahead of what the server has received.
+            let got = w.net.nodes[w.server].inbox.len();
+            let ep = &mut w.net.nodes[w.client].ep;
+            while next < total
+                && next < got + 20
+                && ep.send(now, p, format!("m{next:04}").as_bytes()).is_ok()
+            {
+                next += 1;
+            }
+            // The server answers every tenth message, so both directions count.
+            let got = w.net.nodes[w.server].inbox.len();
+            while answered < got / 10 {
+                answered += 1;
+                let sp = w.net.nodes[w.server].inbox[0].1;
+                w.net.nodes[w.server].ep.send(now, sp, b"ack").unwrap();
+            }
+            if !w.net.step() {
+                break;
+            }
+        }
+        let want: Vec<String> = (0..total).map(|i| format!("m{i:04}")).collect();
+        assert_eq!(w.inbox(w.server), want, "accel {accel}");
+        let (now, sp) = (w.net.now, w.net.nodes[w.server].inbox[0].1);
+        while answered < total / 10 {
+            answered += 1;
+            w.net.nodes[w.server].ep.send(now, sp, b"ack").unwrap();
+        }
+        w.net.run_until(w.net.now + Duration::from_millis(100));
+        assert_eq!(
+            w.inbox(w.client).len(),
+            total / 10,
+            "the answers, accel {accel}"
+        );
+        let sessions = w.established_at(w.client).len();
+        assert!(sessions >= 5, "accel {accel}: only {sessions} sessions");
+        assert!(w.ended(w.client).is_empty(), "{:?}", w.ended(w.client));
+        assert!(w.ended(w.server).is_empty(), "{:?}", w.ended(w.server));
+        // No session sent more datagrams than the limit allows.
+        let s = w.net.nodes[w.client].ep.peer_stats(p).unwrap();
+        assert!(s.datagrams_out <= 80 * sessions as u64, "{s:?}");
+    }
+}

@@ -12,8 +12,8 @@ use crate::measure::{
     stream_udp,
 };
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
-use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig};
 use phyllo::{Config, Connection, Role};
+use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig};
 use std::time::Duration;
 
 /// The Protocol Accelerator experiment.

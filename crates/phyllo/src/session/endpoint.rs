@@ -366,6 +366,8 @@ struct Session<S: LayerSet> {
     /// The last authenticated datagram, or the moment data became outstanding after none
     /// was, whichever is later: silence is counted from here.
     quiet_since: Time,
+    /// The last authenticated datagram (or the session's start).
+    last_rx: Time,
     last_active: Time,
     unconfirmed: VecDeque<Vec<u8>>,
     unconfirmed_bytes: usize,
@@ -398,6 +400,13 @@ impl<S: LayerSet> Session<S> {
         }
     }
 
+    /// Whether new messages may go into this session: below the key-usage limit, and, where
+    /// this end rekeys, below the rekey point (later ones wait for the new session).
+    fn takes_more(&self, rekey_after: u64, reject_after: u64, dialer: bool) -> bool {
+        self.conn.stats().datagrams_out < reject_after
+            && (!dialer || self.datagrams() < rekey_after)
+    }
+
     fn datagrams(&self) -> u64 {
         let s = self.conn.stats();
         s.datagrams_out + s.datagrams_in
@@ -414,10 +423,31 @@ struct Pending {
     attempts: u32,
 }
 
+/// A session replaced by a newer one. It stays while either end may still need it: until
+/// what this end sent on it is confirmed and the peer has been quiet on it for a quarter of
+/// `retire_after` (the peer sends its new messages into the new session only once its own
+/// old ones are confirmed), or until its deadline — `retire_after` after the last datagram
+/// it received — when what it still holds is reported.
 struct Retiring<S: LayerSet> {
     session: Session<S>,
     deadline: Time,
     reason: EndReason,
+    /// Replaced by a rekey (its deadline follows its traffic), not by a restart or a dead
+    /// peer (its deadline is fixed).
+    graceful: bool,
+}
+
+impl<S: LayerSet> Retiring<S> {
+    /// Everything this end sent on it is confirmed: new messages may go into the new
+    /// session without overtaking old ones.
+    fn drained(&self) -> bool {
+        !self.session.outstanding()
+    }
+
+    /// When it may go quietly (drained, the peer quiet on it, nothing left to deliver).
+    fn quiet_at(&self, retire_after: Duration) -> Time {
+        self.session.last_rx + retire_after / 4
+    }
 }
 
 struct Peer<S: LayerSet> {
@@ -432,6 +462,8 @@ struct Peer<S: LayerSet> {
     pending: Option<Box<Pending>>,
     outbox: VecDeque<Vec<u8>>,
     outbox_bytes: usize,
+    /// Messages an ended session had delivered that the application had not taken yet.
+    leftover: VecDeque<Vec<u8>>,
     cookie: Option<([u8; MAC_LEN], Time)>,
     scheduled: Option<Time>,
     tx_flagged: bool,
@@ -476,6 +508,9 @@ impl<S: LayerSet> Peer<S> {
         }
         if let Some(r) = &self.retiring {
             at(Some(r.deadline));
+            if r.drained() {
+                at(Some(r.quiet_at(cfg.retire_after)));
+            }
         }
         if let Some(p) = &self.pending {
             at(Some(p.sent_at + retry_after(cfg, p.attempts)));
@@ -484,7 +519,9 @@ impl<S: LayerSet> Peer<S> {
             if s.outstanding() && !s.dead {
                 at(Some(s.quiet_since + cfg.dead_after));
             } else {
-                if !s.shrunk {
+                // Only when shrinking could happen then (the connection's own timers wake the
+                // peer otherwise): a deadline that changes nothing would come back at once.
+                if !s.shrunk && s.conn.is_idle() && !s.conn.needs_post_process() {
                     at(Some(s.last_active + cfg.shrink_after));
                 }
                 if let Some(idle) = cfg.idle_timeout {
@@ -606,7 +643,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     pub fn is_established(&self, p: PeerId) -> bool {
         self.peers
             .get(p.0 as usize)
-            .is_some_and(|x| x.current.is_some() && x.retiring.is_none())
+            .is_some_and(|x| x.current.is_some() && x.retiring.as_ref().is_none_or(|r| r.drained()))
     }
 
     /// Totals over the peer's sessions, the live ones included.
@@ -657,6 +694,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             pending: None,
             outbox: VecDeque::new(),
             outbox_bytes: 0,
+            leftover: VecDeque::new(),
             cookie: None,
             scheduled: None,
             tx_flagged: false,
@@ -731,9 +769,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if peer.retained() + data.len() > cfg_limit && peer.retained() > 0 {
             return Err(SessionSendError::WouldBlock);
         }
-        let open = peer.retiring.is_none() && peer.outbox.is_empty();
+        let open = peer.retiring.as_ref().is_none_or(|r| r.drained()) && peer.outbox.is_empty();
+        let (rekey_after, reject_after, dialer) =
+            (self.cfg.rekey_after, self.cfg.reject_after, peer.dialer);
         match peer.current.as_mut() {
-            Some(s) if open && s.conn.stats().datagrams_out < self.cfg.reject_after => {
+            Some(s) if open && s.takes_more(rekey_after, reject_after, dialer) => {
                 s.settle(now);
                 let was_outstanding = s.outstanding();
                 match s.conn.send(now, data) {
@@ -777,7 +817,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.peers.get(p.0 as usize).is_some_and(|peer| {
             let room = peer.retained() == 0 || peer.retained() + len <= self.cfg.retain_limit;
             let conn_ok = match &peer.current {
-                Some(s) => peer.retiring.is_none() && s.conn.can_send(),
+                Some(s) => peer.retiring.as_ref().is_none_or(|r| r.drained()) && s.conn.can_send(),
                 None => peer.dialer,
             };
             room && conn_ok
@@ -787,6 +827,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// The peer's next delivered message, lent to `f` (the retiring session's come first).
     pub fn poll_delivery_with<R>(&mut self, p: PeerId, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let peer = self.peers.get_mut(p.0 as usize)?;
+        if let Some(m) = peer.leftover.pop_front() {
+            return Some(f(&m));
+        }
         let mut f = Some(f);
         for s in peer.sessions_mut() {
             if s.conn.delivered_ready() > 0 {
@@ -807,9 +850,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
 
     /// Messages waiting for the application from the peer.
     pub fn delivered_ready(&self, p: PeerId) -> usize {
-        self.peers
-            .get(p.0 as usize)
-            .map_or(0, |x| x.sessions().map(|s| s.conn.delivered_ready()).sum())
+        self.peers.get(p.0 as usize).map_or(0, |x| {
+            x.leftover.len()
+                + x.sessions()
+                    .map(|s| s.conn.delivered_ready())
+                    .sum::<usize>()
+        })
     }
 
     /// The next event.
@@ -863,16 +909,20 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// Run what is due at `now`: the sessions' timers, handshake retries, dead-peer checks,
     /// retiring sessions, idle timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
+        // The peers due now, each once: what becomes due again (at `now`) waits for the next
+        // call, so a deadline that makes no progress cannot spin here.
+        let mut due = Vec::new();
         while let Some(&Reverse((t, i))) = self.timers.peek() {
             if t > now {
                 break;
             }
             self.timers.pop();
-            let p = PeerId(i);
-            if self.peers[i as usize].scheduled != Some(t) {
-                continue;
+            if self.peers[i as usize].scheduled == Some(t) {
+                self.peers[i as usize].scheduled = None;
+                due.push(PeerId(i));
             }
-            self.peers[i as usize].scheduled = None;
+        }
+        for p in due {
             self.peer_timeout(now, p);
             self.touch(now, p);
         }
@@ -930,12 +980,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
                     .is_some_and(|idle| now.since(s.last_active) >= idle_limit(idle, peer.dialer))
             {
                 self.end_current(p, EndReason::IdleTimeout);
-            } else if peer.dialer
-                && peer.pending.is_none()
-                && peer.retiring.is_none()
-                && s.datagrams() >= cfg.rekey_after
-            {
-                self.initiate(now, p);
             }
         }
     }
@@ -1079,6 +1123,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             return Err(Drop::Refused);
         }
         s.quiet_since = now;
+        s.last_rx = now;
         s.last_active = now;
         s.shrunk = false;
         s.dead = false;
@@ -1115,17 +1160,18 @@ impl<S: LayerSet> SessionEndpoint<S> {
             // The old session retires gracefully only when it is alive and the handshake says
             // it replaces it (a rekey: its messages may still be confirmed); a restarted peer
             // replaces nothing, and what the old session holds is reported at once.
-            let (deadline, reason) = if old.dead {
-                (now, EndReason::PeerDead)
+            let (deadline, reason, graceful) = if old.dead {
+                (now, EndReason::PeerDead, false)
             } else if keys.role == Role::Initiator || keys.replaces == Some(old.local) {
-                (now + retire_after, EndReason::Superseded)
+                (now + retire_after, EndReason::Superseded, true)
             } else {
-                (now, EndReason::Superseded)
+                (now, EndReason::Superseded, false)
             };
             peer.retiring = Some(Box::new(Retiring {
                 session: old,
                 deadline,
                 reason,
+                graceful,
             }));
         }
         self.sessions += 1;
@@ -1136,6 +1182,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             local: keys.local_index,
             remote: keys.peer_index,
             quiet_since: now,
+            last_rx: now,
             last_active: now,
             unconfirmed: VecDeque::new(),
             unconfirmed_bytes: 0,
@@ -1160,20 +1207,24 @@ impl<S: LayerSet> SessionEndpoint<S> {
         for s in peer.sessions_mut() {
             s.confirm();
         }
-        if let Some(r) = &peer.retiring {
-            if !r.session.outstanding() {
-                // Everything it held is confirmed: it ends quietly.
+        let retire_after = self.cfg.retire_after;
+        if let Some(r) = &mut peer.retiring {
+            if r.graceful {
+                r.deadline = r.deadline.max(r.session.last_rx + retire_after);
+            }
+            if r.drained() && now >= r.quiet_at(retire_after) {
+                // Everything it held is confirmed and the peer is done with it.
                 self.drop_retiring(p);
             } else if r.deadline <= now {
                 self.end_retiring(p);
             }
         }
-        let reject_after = self.cfg.reject_after;
+        let (rekey_after, reject_after) = (self.cfg.rekey_after, self.cfg.reject_after);
         let peer = &mut self.peers[p.0 as usize];
-        if peer.retiring.is_none() {
+        if peer.retiring.as_ref().is_none_or(|r| r.drained()) {
             if let Some(s) = &mut peer.current {
                 while let Some(m) = peer.outbox.front() {
-                    if s.conn.stats().datagrams_out >= reject_after {
+                    if !s.takes_more(rekey_after, reject_after, peer.dialer) {
                         break;
                     }
                     s.settle(now);
@@ -1209,6 +1260,19 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 }
             }
         }
+        // Rekey: the initiator starts a new handshake once the session has carried
+        // `rekey_after` datagrams; the old one keeps going until the new one is up.
+        let peer = &self.peers[p.0 as usize];
+        if peer.dialer
+            && peer.pending.is_none()
+            && peer.retiring.is_none()
+            && peer
+                .current
+                .as_ref()
+                .is_some_and(|s| !s.dead && s.datagrams() >= self.cfg.rekey_after)
+        {
+            self.initiate(now, p);
+        }
         let cfg = &self.cfg;
         let peer = &mut self.peers[p.0 as usize];
         if !peer.tx_flagged && peer.sessions().any(|s| s.conn.transmit_ready() > 0) {
@@ -1223,32 +1287,39 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
     }
 
-    /// Free a session: its index, its count, its statistics into the peer's totals.
-    fn unregister(&mut self, s: &Session<S>, p: PeerId) {
+    /// Free a session: its index, its count, its statistics into the peer's totals; what it
+    /// delivered that the application has not taken yet stays with the peer.
+    fn unregister(&mut self, s: &mut Session<S>, p: PeerId) {
         self.by_index.remove(&s.local);
         self.sessions -= 1;
         self.stats.ended += 1;
-        self.peers[p.0 as usize]
-            .stats
-            .add_conn(s.conn.stats(), &s.conn);
+        let peer = &mut self.peers[p.0 as usize];
+        peer.stats.add_conn(s.conn.stats(), &s.conn);
+        while let Some(m) = s.conn.poll_delivery_with(<[u8]>::to_vec) {
+            peer.leftover.push_back(m);
+        }
     }
 
     fn drop_retiring(&mut self, p: PeerId) {
-        if let Some(r) = self.peers[p.0 as usize].retiring.take() {
-            self.unregister(&r.session, p);
+        if let Some(mut r) = self.peers[p.0 as usize].retiring.take() {
+            self.unregister(&mut r.session, p);
         }
     }
 
     fn end_retiring(&mut self, p: PeerId) {
-        if let Some(r) = self.peers[p.0 as usize].retiring.take() {
-            self.unregister(&r.session, p);
+        if let Some(mut r) = self.peers[p.0 as usize].retiring.take() {
+            self.unregister(&mut r.session, p);
+            // A rekeyed session that lost nothing ends without news.
+            if r.graceful && r.session.unconfirmed.is_empty() {
+                return;
+            }
             self.report(p, r.reason, r.session.unconfirmed.into());
         }
     }
 
     fn end_current(&mut self, p: PeerId, reason: EndReason) {
-        if let Some(s) = self.peers[p.0 as usize].current.take() {
-            self.unregister(&s, p);
+        if let Some(mut s) = self.peers[p.0 as usize].current.take() {
+            self.unregister(&mut s, p);
             let mut lost: Vec<Vec<u8>> = s.unconfirmed.into();
             let peer = &mut self.peers[p.0 as usize];
             // Messages waiting for this session went nowhere either (they would go into a
