@@ -533,6 +533,15 @@ impl<S: LayerSet> Peer<S> {
     }
 }
 
+/// The session index after a datagram's type byte (every message type but the initiation
+/// carries the receiver's there).
+fn receiver_index(d: &[u8]) -> Result<u32, Drop> {
+    d.get(1..DATA_HEADER)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or(Drop::Truncated)
+}
+
 /// How long after the `attempts`-th initiation the next goes out: the handshake timeout,
 /// doubled for each attempt up to eight times it, so an unreachable peer costs fewer and
 /// fewer initiations.
@@ -1055,12 +1064,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     fn on_response(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
-        let index = u32::from_le_bytes(
-            d.get(1..5)
-                .ok_or(Drop::Truncated)?
-                .try_into()
-                .map_err(|_| Drop::Truncated)?,
-        );
+        let index = receiver_index(d)?;
         let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let pd = match &mut peer.pending {
@@ -1077,12 +1081,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     fn on_cookie_reply(&mut self, now: Time, d: &[u8]) -> Result<Input, Drop> {
-        let index = u32::from_le_bytes(
-            d.get(1..5)
-                .ok_or(Drop::Truncated)?
-                .try_into()
-                .map_err(|_| Drop::Truncated)?,
-        );
+        let index = receiver_index(d)?;
         let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let (Some(pd), Some(addr)) = (&peer.pending, peer.addr) else {
@@ -1104,12 +1103,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     fn on_data(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
-        let index = u32::from_le_bytes(
-            d.get(1..DATA_HEADER)
-                .ok_or(Drop::Truncated)?
-                .try_into()
-                .map_err(|_| Drop::Truncated)?,
-        );
+        let index = receiver_index(d)?;
         let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let s = peer
