@@ -252,6 +252,9 @@ impl<S: LayerSet> Connection<S> {
     /// [`SessionEndpoint`](crate::session::endpoint::SessionEndpoint) calls it on sessions
     /// idle for a while.
     pub fn shrink(&mut self) {
+        if let Some(pa) = self.pa.as_deref_mut() {
+            pa.shrink();
+        }
         self.core.shrink();
     }
 

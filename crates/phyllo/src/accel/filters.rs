@@ -6,6 +6,10 @@
 //! message-specific fields); both are verified against the compact layout when the connection
 //! is built — a program that fails verification is a build error, never a silent drop — and
 //! compiled.
+//!
+//! Connections whose layers write the same programs over the same layout (every session of
+//! one stack) share one compiled pair: it is verified and compiled once per process and kept
+//! while any connection uses it, which saves each connection that work and about a kilobyte.
 
 use crate::filter::{
     verify, CompiledFilter, DigestId, Direction, FieldTable, FilterCtx, LayerId, Op,
@@ -13,6 +17,8 @@ use crate::filter::{
 };
 use crate::layout::Layout;
 use crate::stack::LayerSet;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// The send and delivery filters of one connection.
 pub(crate) struct Filters {
@@ -23,8 +29,12 @@ pub(crate) struct Filters {
 }
 
 impl Filters {
-    /// Collect, verify and compile the layers' segments.
-    pub(crate) fn build<S: LayerSet>(layers: &S, layout: &Layout) -> Result<Filters, VerifyError> {
+    /// Collect the layers' segments; verify and compile them, or share the filters already
+    /// compiled from the same programs over the same layout.
+    pub(crate) fn build<S: LayerSet>(
+        layers: &S,
+        layout: &Layout,
+    ) -> Result<Arc<Filters>, VerifyError> {
         let table = FieldTable::new(layout.header_len(), layout.locs().to_vec());
         let mut send = ProgramBuilder::new();
         let mut deliver = ProgramBuilder::new();
@@ -49,15 +59,34 @@ impl Filters {
             }
         }
         let cover = cover_layer.map_or(&[][..], |i| layout.upper_fields(i));
-        Ok(Filters {
-            send: verify(&send.build(), &table, Direction::Send)?
+        let (send, deliver) = (send.build(), deliver.build());
+        // Everything the compiled pair depends on.
+        let mut key = send.encode();
+        deliver.encode_into(&mut key);
+        key.extend_from_slice(
+            format!("{:?} {:?} {:?}", layout.locs(), cover, send_layers).as_bytes(),
+        );
+        key.extend_from_slice(&layout.header_len().to_le_bytes());
+        static CACHE: OnceLock<Mutex<HashMap<Vec<u8>, Weak<Filters>>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        // A poisoned lock only means another thread panicked while holding it; the map is
+        // still a valid cache.
+        let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(f);
+        }
+        let f = Arc::new(Filters {
+            send: verify(&send, &table, Direction::Send)?
                 .with_cover(cover)
                 .compile(),
-            deliver: verify(&deliver.build(), &table, Direction::Deliver)?
+            deliver: verify(&deliver, &table, Direction::Deliver)?
                 .with_cover(cover)
                 .compile(),
             send_layers,
-        })
+        });
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert(key, Arc::downgrade(&f));
+        Ok(f)
     }
 
     /// Run the send filter: 0 accepts.

@@ -75,7 +75,7 @@ pub(crate) struct AccelConfig {
 
 /// The accelerator of one connection (seed 004 Table 3, both directions).
 pub(crate) struct Accelerator {
-    filters: Filters,
+    filters: std::sync::Arc<Filters>,
     shape: Shape,
     ident: Ident,
     predict: Predictions,
@@ -158,6 +158,13 @@ impl Accelerator {
     /// Whether the backlog can take another message.
     pub(crate) fn can_accept(&self) -> bool {
         self.backlog.can_accept()
+    }
+
+    /// Give back the capacity of an empty list of retransmission copies (an idle connection).
+    pub(crate) fn shrink(&mut self) {
+        if self.pending.copies.is_empty() {
+            self.pending.copies = Vec::new();
+        }
     }
 
     /// Whether post-processing or backlog is pending.

@@ -33,6 +33,7 @@ use crate::layout::MAX_HEADER;
 use hkdf::Hkdf;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use sha2::Sha256;
+use zeroize::Zeroizing;
 
 /// Bytes of the authentication tag trailer.
 pub const TAG_LEN: usize = super::gcm::TAG_LEN;
@@ -56,8 +57,9 @@ impl Cipher {
             Cipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
         };
         let whole = LessSafeKey::new(UnboundKey::new(alg, bytes).ok()?);
-        let split = (self == Cipher::Aes256Gcm).then(|| Box::new(Gcm::new(bytes)));
-        Some(Key { whole, split })
+        let raw = (self == Cipher::Aes256Gcm).then(|| Zeroizing::new(*bytes));
+        let split = raw.as_ref().map(|r| Box::new(Gcm::new(r)));
+        Some(Key { whole, split, raw })
     }
 }
 
@@ -71,11 +73,18 @@ const SHORT: usize = super::gcm::AHEAD_BYTES;
 struct Key {
     whole: LessSafeKey,
     split: Option<Box<Gcm>>,
+    /// The key's bytes, to build `split` again after [`Layer::shrink`] dropped it (AES-256-GCM
+    /// only; wiped when dropped).
+    raw: Option<Zeroizing<[u8; 32]>>,
 }
 
 impl Key {
-    /// The work of the nonce of `counter` done ahead, where the cipher allows it.
-    fn ahead(&self, counter: u64) -> Option<Ahead> {
+    /// The work of the nonce of `counter` done ahead, where the cipher allows it (building the
+    /// split cipher again if an idle session gave it back).
+    fn ahead(&mut self, counter: u64) -> Option<Ahead> {
+        if self.split.is_none() {
+            self.split = self.raw.as_ref().map(|r| Box::new(Gcm::new(r)));
+        }
         self.split.as_ref().map(|g| g.ahead(counter))
     }
 
@@ -263,8 +272,8 @@ impl Layer for Seal {
         };
         self.tx = self.cipher.key(&tx);
         self.rx = self.cipher.key(&rx);
-        self.tx_ahead = self.tx.as_ref().and_then(|k| k.ahead(0));
-        self.rx_ahead = self.rx.as_ref().and_then(|k| k.ahead(0));
+        self.tx_ahead = self.tx.as_mut().and_then(|k| k.ahead(0));
+        self.rx_ahead = self.rx.as_mut().and_then(|k| k.ahead(0));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
@@ -292,7 +301,7 @@ impl Layer for Seal {
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
         self.tx_counter += 1;
-        self.tx_ahead = self.tx.as_ref().and_then(|k| k.ahead(self.tx_counter));
+        self.tx_ahead = self.tx.as_mut().and_then(|k| k.ahead(self.tx_counter));
     }
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
@@ -347,13 +356,23 @@ impl Layer for Seal {
         }
     }
 
+    /// An idle session gives back the AES-GCM work-ahead state (about 2 KiB for both
+    /// directions); the next message goes through `ring`, and its post-phase builds it again.
+    fn shrink(&mut self, _: &mut crate::msg::Pool) {
+        for k in [&mut self.tx, &mut self.rx].into_iter().flatten() {
+            k.split = None;
+        }
+        self.tx_ahead = None;
+        self.rx_ahead = None;
+    }
+
     fn post_deliver(&mut self, hdr: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
         if let Some(h) = self.nonce {
             let c = self.reconstruct(hdr.get(h));
             self.mark(c);
             let next = self.rx_highest.map_or(0, |x| x + 1);
-            if self.rx_ahead.as_ref().is_some_and(|a| a.counter() != next) {
-                self.rx_ahead = self.rx.as_ref().and_then(|k| k.ahead(next));
+            if self.rx_ahead.as_ref().is_none_or(|a| a.counter() != next) {
+                self.rx_ahead = self.rx.as_mut().and_then(|k| k.ahead(next));
             }
         }
     }
@@ -401,6 +420,30 @@ mod tests {
                 0x06, 0x91
             ]
         );
+    }
+
+    /// A key that gave back its split cipher (an idle session) seals and opens the same bytes
+    /// through `ring`, and builds the split again for the next counter.
+    #[test]
+    fn a_shrunk_key_gives_the_same_bytes_and_rebuilds() {
+        let bytes = [9u8; 32];
+        let (mut k, mut fresh) = (
+            Cipher::Aes256Gcm.key(&bytes).unwrap(),
+            Cipher::Aes256Gcm.key(&bytes).unwrap(),
+        );
+        k.split = None;
+        for c in 0..3u64 {
+            let mut a = *b"sixteen byte msg";
+            let mut b = a;
+            let ahead = fresh.ahead(c);
+            let ta = k.seal(None, c, b"ad", &mut a).unwrap();
+            let tb = fresh.seal(ahead.as_ref(), c, b"ad", &mut b).unwrap();
+            assert_eq!((a, ta), (b, tb), "counter {c}");
+            assert!(k.open(None, c, b"ad", &mut a, ta));
+            assert_eq!(&a, b"sixteen byte msg");
+            k.split = None;
+        }
+        assert!(k.ahead(7).is_some() && k.split.is_some(), "rebuilt");
     }
 
     #[test]
