@@ -14,6 +14,7 @@ pub mod endpoint;
 pub mod field;
 pub mod filter;
 pub mod harness;
+pub mod ilp;
 pub mod inet;
 pub mod layer;
 mod layered;

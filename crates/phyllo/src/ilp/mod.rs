@@ -1,0 +1,410 @@
+//! Integrated layer processing: marshalling, encryption, checksum and copy of a message in one
+//! pass (seed 001, Braun & Diot's ILP over a user-level TCP).
+//!
+//! The seed's protocol suite, its packet format and its three data manipulations:
+//!
+//! ```text
+//! packet = [checksum 2][0 0]  [enc header: length of M, 4]  [M = XDR reply][padding to 8]
+//!           transport header   '------------------ encrypted (8-byte blocks) -----------'
+//!                              '------------------ checksummed (2-byte words) ----------'
+//! ```
+//!
+//! - [`xdr`] marshals the reply (`M`, 4-byte units), [`safer`] encrypts (8-byte blocks; the
+//!   seed's simplified, insecure SAFER K-64), the Internet checksum (RFC 1071, 2-byte words)
+//!   covers the ciphertext and sits in a header before it, and the result is copied into the
+//!   transmit buffer. Each function is free of ordering constraints, so the message can be
+//!   processed in any order of its units — what makes an integrated loop possible (§2.2).
+//! - Three executions give byte-identical packets ([`Execution`]): `Layered`, one pass per
+//!   function through intermediate buffers (the seed's non-ILP: marshal, encrypt, copy, then
+//!   checksum); `Integrated`, one loop whose exchanged unit is LCM(4, 8, 2) = 8 bytes (a machine
+//!   word), processing the seed's part B (the body) and part C (the tail with its padding)
+//!   before part A (the first block, holding the length field — the header that depends on
+//!   the data), writing each unit once into the packet; `Blocked`, the layered passes chunk by
+//!   chunk over L1-sized pieces, the alternative the seed did not try.
+//! - Receiving mirrors it; every execution checks the checksum and the format (lengths, XDR
+//!   padding) before it returns anything, so a damaged packet delivers nothing.
+//!
+//! Why the integrated loop is written by hand rather than as a chain of crate calls: a chain
+//! is the layered execution — each call reads and writes the whole message — and the point is
+//! that a unit, once loaded, is marshalled, encrypted, summed and stored while it is in
+//! registers. The crates (XDR here, the checksum of [`crate::inet`]) are its test oracles.
+
+pub mod safer;
+pub mod xdr;
+
+use crate::inet::{fold16, ones_sum_le};
+use safer::{ToyKey, BLOCK};
+use thiserror::Error;
+use xdr::{Reply, XdrError};
+
+/// Bytes of the transport header (the checksum and two reserved bytes).
+pub const HEADER: usize = 4;
+/// Bytes of the encryption header (the length of the marshalled reply).
+pub const ENC_HEADER: usize = 4;
+/// The chunk of the cache-blocked execution: well inside any L1 data cache.
+pub const CHUNK: usize = 4096;
+
+/// How the data manipulations run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Execution {
+    /// One pass per function, through intermediate buffers.
+    Layered,
+    /// One loop over 8-byte units.
+    Integrated,
+    /// The layered passes over [`CHUNK`]-byte pieces.
+    Blocked,
+}
+
+impl Execution {
+    /// All three.
+    pub const ALL: [Execution; 3] = [
+        Execution::Layered,
+        Execution::Integrated,
+        Execution::Blocked,
+    ];
+}
+
+/// A packet that must not be delivered.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
+pub enum IlpError {
+    /// Shorter than its headers, or not whole blocks.
+    #[error("ILP packet: truncated")]
+    Truncated,
+    /// The checksum does not match.
+    #[error("ILP packet: checksum mismatch")]
+    Checksum,
+    /// The encryption header's length disagrees with the packet.
+    #[error("ILP packet: inconsistent length")]
+    Length,
+    /// The decrypted message is not a reply.
+    #[error(transparent)]
+    Format(#[from] XdrError),
+}
+
+/// Bytes of the encrypted region for a reply of `data_len` bytes.
+pub const fn encrypted_len(data_len: usize) -> usize {
+    (ENC_HEADER + xdr::reply_len(data_len)).div_ceil(BLOCK) * BLOCK
+}
+
+/// Bytes of the packet for a reply of `data_len` bytes.
+pub const fn packet_len(data_len: usize) -> usize {
+    HEADER + encrypted_len(data_len)
+}
+
+/// The big-endian Internet checksum field for a region whose little-endian one's complement
+/// sum is `sum_le` (RFC 1071: complement of the folded sum).
+fn checksum_field(sum_le: u64) -> [u8; 2] {
+    (!fold16(sum_le).swap_bytes()).to_be_bytes()
+}
+
+/// Whether `field` is the checksum of a region whose little-endian sum is `sum_le`.
+fn checksum_ok(sum_le: u64, field: [u8; 2]) -> bool {
+    // Adding the stored complement makes the folded sum all ones.
+    let stored = u16::from_be_bytes(field).swap_bytes() as u64;
+    fold16(sum_le + stored) == 0xffff
+}
+
+/// The little-endian one's complement contribution of one 8-byte unit (two 32-bit words).
+#[inline(always)]
+fn unit_sum(b: [u8; BLOCK]) -> u64 {
+    let v = u64::from_le_bytes(b);
+    (v & 0xffff_ffff) + (v >> 32)
+}
+
+/// Write the packet for `r` into `out` (replacing what it held).
+pub fn send(exec: Execution, key: &ToyKey, r: &Reply<'_>, out: &mut Vec<u8>) {
+    match exec {
+        Execution::Layered => send_layered(key, r, out),
+        Execution::Integrated => send_integrated(key, r, out),
+        Execution::Blocked => send_blocked(key, r, out),
+    }
+}
+
+/// Read the packet `p` into `data` (replacing what it held); the reply's id and sequence
+/// number. On an error `data` is empty.
+pub fn receive(
+    exec: Execution,
+    key: &ToyKey,
+    p: &[u8],
+    data: &mut Vec<u8>,
+) -> Result<(u32, u32), IlpError> {
+    data.clear();
+    let r = match exec {
+        Execution::Layered => receive_layered(key, p, data),
+        Execution::Integrated => receive_integrated(key, p, data),
+        Execution::Blocked => receive_blocked(key, p, data),
+    };
+    if r.is_err() {
+        data.clear();
+    }
+    r
+}
+
+/// The plaintext of the encrypted region (encryption header, marshalled reply, padding).
+fn plaintext(r: &Reply<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    xdr::put_u32(out, xdr::reply_len(r.data.len()) as u32);
+    xdr::marshal(r, out);
+    out.resize(encrypted_len(r.data.len()), 0);
+}
+
+fn encrypt_into(key: &ToyKey, plain: &[u8], out: &mut Vec<u8>) {
+    for b in plain.chunks_exact(BLOCK) {
+        out.extend_from_slice(&key.encrypt(to_block(b)));
+    }
+}
+
+#[inline(always)]
+fn to_block(b: &[u8]) -> [u8; BLOCK] {
+    let mut x = [0u8; BLOCK];
+    x.copy_from_slice(b);
+    x
+}
+
+fn send_layered(key: &ToyKey, r: &Reply<'_>, out: &mut Vec<u8>) {
+    // Marshal, encrypt, copy into the transmit buffer, checksum: four passes.
+    let mut plain = Vec::new();
+    plaintext(r, &mut plain);
+    let mut cipher = Vec::with_capacity(plain.len());
+    encrypt_into(key, &plain, &mut cipher);
+    out.clear();
+    out.extend_from_slice(&[0; HEADER]);
+    out.extend_from_slice(&cipher);
+    let c = checksum_field(ones_sum_le(&out[HEADER..]));
+    out[..2].copy_from_slice(&c);
+}
+
+fn send_blocked(key: &ToyKey, r: &Reply<'_>, out: &mut Vec<u8>) {
+    // The same passes, one L1-sized chunk at a time (the plaintext is built whole here; the
+    // passes that follow it run chunk by chunk while the chunk is in the cache).
+    let mut plain = Vec::new();
+    plaintext(r, &mut plain);
+    let mut cipher = Vec::with_capacity(CHUNK);
+    out.clear();
+    out.extend_from_slice(&[0; HEADER]);
+    let mut sum = 0u64;
+    for chunk in plain.chunks(CHUNK) {
+        cipher.clear();
+        encrypt_into(key, chunk, &mut cipher);
+        let at = out.len();
+        out.extend_from_slice(&cipher);
+        sum += ones_sum_le(&out[at..]);
+    }
+    let c = checksum_field(sum);
+    out[..2].copy_from_slice(&c);
+}
+
+fn send_integrated(key: &ToyKey, r: &Reply<'_>, out: &mut Vec<u8>) {
+    let n = r.data.len();
+    let m_len = xdr::reply_len(n) as u32;
+    out.clear();
+    out.reserve(packet_len(n));
+    // Room for the transport header and part A, written last.
+    out.extend_from_slice(&[0; HEADER + BLOCK]);
+    let mut sum = 0u64;
+    let mut unit = |plain: [u8; BLOCK], out: &mut Vec<u8>| {
+        let c = key.encrypt(plain);
+        sum += unit_sum(c);
+        out.extend_from_slice(&c);
+    };
+    // Part B: the second unit (sequence number, data length), then the data, eight bytes per
+    // unit; the data starts on a unit boundary (after 16 bytes of headers).
+    let mut b1 = [0u8; BLOCK];
+    b1[..4].copy_from_slice(&r.seq.to_be_bytes());
+    b1[4..].copy_from_slice(&(n as u32).to_be_bytes());
+    unit(b1, out);
+    let body = r.data.chunks_exact(BLOCK);
+    let tail = body.remainder();
+    for b in body {
+        unit(to_block(b), out);
+    }
+    // Part C: the last data bytes with the XDR and the block padding (zeros).
+    if !tail.is_empty() {
+        let mut c = [0u8; BLOCK];
+        c[..tail.len()].copy_from_slice(tail);
+        unit(c, out);
+    }
+    // Part A: the encryption header, which holds the length, and the transaction id.
+    let mut a = [0u8; BLOCK];
+    a[..4].copy_from_slice(&m_len.to_be_bytes());
+    a[4..].copy_from_slice(&r.xid.to_be_bytes());
+    let c = key.encrypt(a);
+    sum += unit_sum(c);
+    out[HEADER..HEADER + BLOCK].copy_from_slice(&c);
+    let field = checksum_field(sum);
+    out[..2].copy_from_slice(&field);
+}
+
+/// The transport header's checksum field and the encrypted region, if whole.
+fn split(p: &[u8]) -> Result<([u8; 2], &[u8]), IlpError> {
+    if p.len() < HEADER + 2 * BLOCK || !(p.len() - HEADER).is_multiple_of(BLOCK) {
+        return Err(IlpError::Truncated);
+    }
+    Ok(([p[0], p[1]], &p[HEADER..]))
+}
+
+/// Unmarshal a decrypted region into `data`.
+fn finish(plain: &[u8], data: &mut Vec<u8>) -> Result<(u32, u32), IlpError> {
+    let m_len =
+        u32::from_be_bytes(to_block(&plain[..BLOCK])[..4].try_into().unwrap_or([0; 4])) as usize;
+    let m = plain
+        .get(ENC_HEADER..ENC_HEADER.saturating_add(m_len))
+        .ok_or(IlpError::Length)?;
+    if encrypted_len_of(m_len) != Some(plain.len())
+        || plain[ENC_HEADER + m_len..].iter().any(|&b| b != 0)
+    {
+        return Err(IlpError::Length);
+    }
+    let r = xdr::unmarshal(m)?;
+    data.extend_from_slice(r.data);
+    Ok((r.xid, r.seq))
+}
+
+/// The encrypted length for a marshalled reply of `m_len` bytes.
+fn encrypted_len_of(m_len: usize) -> Option<usize> {
+    Some(ENC_HEADER.checked_add(m_len)?.div_ceil(BLOCK) * BLOCK)
+}
+
+fn receive_layered(key: &ToyKey, p: &[u8], data: &mut Vec<u8>) -> Result<(u32, u32), IlpError> {
+    let (field, e) = split(p)?;
+    if !checksum_ok(ones_sum_le(e), field) {
+        return Err(IlpError::Checksum);
+    }
+    let mut plain = Vec::with_capacity(e.len());
+    for b in e.chunks_exact(BLOCK) {
+        plain.extend_from_slice(&key.decrypt(to_block(b)));
+    }
+    finish(&plain, data)
+}
+
+fn receive_blocked(key: &ToyKey, p: &[u8], data: &mut Vec<u8>) -> Result<(u32, u32), IlpError> {
+    let (field, e) = split(p)?;
+    let mut plain = Vec::with_capacity(e.len());
+    let mut sum = 0u64;
+    for chunk in e.chunks(CHUNK) {
+        sum += ones_sum_le(chunk);
+        for b in chunk.chunks_exact(BLOCK) {
+            plain.extend_from_slice(&key.decrypt(to_block(b)));
+        }
+    }
+    if !checksum_ok(sum, field) {
+        return Err(IlpError::Checksum);
+    }
+    finish(&plain, data)
+}
+
+fn receive_integrated(key: &ToyKey, p: &[u8], data: &mut Vec<u8>) -> Result<(u32, u32), IlpError> {
+    let (field, e) = split(p)?;
+    let mut blocks = e.chunks_exact(BLOCK);
+    let mut sum = 0u64;
+    let mut next = |blocks: &mut std::slice::ChunksExact<'_, u8>| {
+        blocks.next().map(|b| {
+            let c = to_block(b);
+            sum += unit_sum(c);
+            key.decrypt(c)
+        })
+    };
+    // The first two units hold every length: check them against the packet before the loop.
+    let a = next(&mut blocks).ok_or(IlpError::Truncated)?;
+    let b1 = next(&mut blocks).ok_or(IlpError::Truncated)?;
+    let word = |b: &[u8; BLOCK], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let (m_len, xid, seq, n) = (
+        word(&a, 0) as usize,
+        word(&a, 4),
+        word(&b1, 0),
+        word(&b1, 4) as usize,
+    );
+    if m_len != xdr::reply_len(n) || encrypted_len(n) != e.len() {
+        return Err(IlpError::Length);
+    }
+    data.reserve(n);
+    let whole = n / BLOCK;
+    for _ in 0..whole {
+        let b = next(&mut blocks).ok_or(IlpError::Truncated)?;
+        data.extend_from_slice(&b);
+    }
+    let tail = n % BLOCK;
+    if tail > 0 {
+        let b = next(&mut blocks).ok_or(IlpError::Truncated)?;
+        if b[tail..].iter().any(|&x| x != 0) {
+            return Err(XdrError::Padding.into());
+        }
+        data.extend_from_slice(&b[..tail]);
+    }
+    // Nothing is handed on before the checksum of the whole packet is known good.
+    if !checksum_ok(sum, field) {
+        return Err(IlpError::Checksum);
+    }
+    Ok((xid, seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: ToyKey = ToyKey([3, 141, 59, 26, 53, 58, 97, 93]);
+
+    /// RFC 1071 §3's example: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to ddf2 (big-endian words).
+    #[test]
+    fn rfc1071_example() {
+        let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold16(ones_sum_le(&d)).swap_bytes(), 0xddf2);
+        assert_eq!(fold16(unit_sum(d)).swap_bytes(), 0xddf2);
+        assert_eq!(checksum_field(ones_sum_le(&d)), [0x22, 0x0d]);
+        assert!(checksum_ok(ones_sum_le(&d), [0x22, 0x0d]));
+    }
+
+    #[test]
+    fn the_three_executions_make_the_same_packet_and_get_the_reply_back() {
+        for n in (0..40).chain([511, 512, 513, 4095, 4096, 4097, 9000]) {
+            let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+            let r = Reply {
+                xid: 0x0102_0304,
+                seq: n as u32,
+                data: &data,
+            };
+            let mut want = Vec::new();
+            send(Execution::Layered, &KEY, &r, &mut want);
+            assert_eq!(want.len(), packet_len(n));
+            for e in Execution::ALL {
+                let mut p = Vec::new();
+                send(e, &KEY, &r, &mut p);
+                assert_eq!(p, want, "{e:?} send, {n} bytes");
+                let mut got = Vec::new();
+                assert_eq!(receive(e, &KEY, &p, &mut got), Ok((r.xid, r.seq)), "{e:?}");
+                assert_eq!(got, data, "{e:?} receive, {n} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn every_corruption_is_refused_by_every_execution() {
+        let data: Vec<u8> = (0..37u8).collect();
+        let r = Reply {
+            xid: 9,
+            seq: 1,
+            data: &data,
+        };
+        let mut p = Vec::new();
+        send(Execution::Integrated, &KEY, &r, &mut p);
+        for e in Execution::ALL {
+            let mut got = vec![1, 2, 3];
+            for bit in 0..p.len() * 8 {
+                let mut bad = p.clone();
+                bad[bit / 8] ^= 1 << (bit % 8);
+                // The reserved header bytes are not covered; every other bit is.
+                if (16..32).contains(&bit) {
+                    continue;
+                }
+                assert!(receive(e, &KEY, &bad, &mut got).is_err(), "{e:?} bit {bit}");
+                assert!(got.is_empty(), "{e:?}: something delivered");
+            }
+            for cut in 0..p.len() {
+                assert!(
+                    receive(e, &KEY, &p[..cut], &mut got).is_err(),
+                    "{e:?} cut {cut}"
+                );
+            }
+        }
+    }
+}
