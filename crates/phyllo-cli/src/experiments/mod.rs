@@ -3,6 +3,7 @@
 mod accel;
 mod aead;
 mod analyze;
+mod ilp;
 mod rawudp;
 mod rtt;
 mod session;
@@ -22,6 +23,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(aead::Aead),
         Box::new(soak::Soak),
         Box::new(session::Session),
+        Box::new(ilp::Ilp),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]

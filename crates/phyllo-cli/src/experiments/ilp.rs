@@ -1,0 +1,211 @@
+//! `ilp`: the seed-001 Annex — send and receive processing time per packet, and throughput,
+//! of the layered, integrated and cache-blocked data paths, with memcpy as the ceiling.
+//!
+//! In-process (`phyllo::ilp`): a reply of each size is marshalled, encrypted (the seed's toy
+//! cipher, or none), checksummed and copied into a packet, and received back, by each
+//! execution. Rounds interleave every variant and memcpy of the same size; each figure is the
+//! median over rounds, so the ratios compare measurements taken side by side.
+
+use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
+use anyhow::Result;
+use phyllo::ilp::safer::ToyKey;
+use phyllo::ilp::xdr::Reply;
+use phyllo::ilp::{receive, send, BlockCipher, Execution, Plain};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// The ILP experiment.
+pub struct Ilp;
+
+/// The seed's packet sizes, then larger ones.
+const SIZES: [usize; 8] = [256, 512, 768, 1024, 1280, 4096, 16_384, 65_536];
+
+/// Nanoseconds per call of `f`, over `iters` calls.
+fn per_call(iters: u32, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median send and receive ns per packet of `size` bytes for each execution, and memcpy's.
+fn measure(
+    cipher: &impl BlockCipher,
+    size: usize,
+    rounds: usize,
+    bytes_per_variant: usize,
+) -> ([(f64, f64); 3], f64) {
+    let data: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
+    let r = Reply {
+        xid: 1,
+        seq: 2,
+        data: &data,
+    };
+    let iters = (bytes_per_variant / size).max(4) as u32;
+    let mut packet = Vec::new();
+    send(Execution::Layered, cipher, &r, &mut packet);
+    let mut out = Vec::with_capacity(packet.len());
+    let mut got = Vec::with_capacity(size);
+    let mut dst = vec![0u8; size];
+    let mut samples = vec![(Vec::new(), Vec::new()); 3];
+    let mut copies = Vec::new();
+    for _ in 0..rounds {
+        for (i, e) in Execution::ALL.into_iter().enumerate() {
+            samples[i].0.push(per_call(iters, || {
+                send(e, cipher, black_box(&r), &mut out);
+                black_box(&out);
+            }));
+            samples[i].1.push(per_call(iters, || {
+                let _ = black_box(receive(e, cipher, black_box(&packet), &mut got));
+            }));
+        }
+        copies.push(per_call(iters, || {
+            dst.copy_from_slice(black_box(&data));
+            black_box(&dst);
+        }));
+    }
+    let mut res = [(0.0, 0.0); 3];
+    for (i, (s, r)) in samples.iter_mut().enumerate() {
+        res[i] = (median(s), median(r));
+    }
+    (res, median(&mut copies))
+}
+
+impl Experiment for Ilp {
+    fn name(&self) -> &'static str {
+        "ilp"
+    }
+
+    fn title(&self) -> &'static str {
+        "Integrated layer processing: marshalling, encryption, checksum and copy in one pass"
+    }
+
+    fn seed_ref(&self) -> Option<&'static str> {
+        Some("seed 001, Annex Table 1 and §4.1")
+    }
+
+    fn run(&self, ctx: &Ctx) -> Result<Outcome> {
+        let (rounds, budget) = if ctx.quick {
+            (7, 1 << 20)
+        } else {
+            (21, 8 << 20)
+        };
+        let toy = ToyKey([3, 141, 59, 26, 53, 58, 97, 93]);
+        let mut figures = Vec::new();
+        let mut tables = Vec::new();
+        let mut plot = Plot {
+            id: "ilp_throughput".into(),
+            title: "Send throughput by packet size (toy cipher) and memcpy".into(),
+            x_label: "packet payload, bytes".into(),
+            y_label: "MB/s".into(),
+            log_x: true,
+            ..Plot::default()
+        };
+        let names = ["layered", "integrated", "blocked"];
+        for (cname, plain) in [("toy", false), ("plain", true)] {
+            let mut table = Table {
+                title: format!(
+                    "{}: µs per packet (median of {rounds} interleaved rounds) and MB/s of payload",
+                    if plain {
+                        "No cipher (marshal, checksum, copy)"
+                    } else {
+                        "The seed's simplified SAFER K-64 (insecure)"
+                    }
+                ),
+                headers: [
+                    "bytes",
+                    "layered send",
+                    "layered receive",
+                    "integrated send",
+                    "integrated receive",
+                    "blocked send",
+                    "blocked receive",
+                    "integrated/layered send",
+                    "integrated/layered receive",
+                    "integrated send MB/s",
+                    "memcpy MB/s",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: vec![],
+            };
+            let mut series: Vec<Series> = names
+                .iter()
+                .map(|n| Series {
+                    name: (*n).into(),
+                    points: vec![],
+                })
+                .collect();
+            let mut memcpy_series = Series {
+                name: "memcpy".into(),
+                points: vec![],
+            };
+            for size in SIZES {
+                let (t, copy) = if plain {
+                    measure(&Plain, size, rounds, budget)
+                } else {
+                    measure(&toy, size, rounds, budget)
+                };
+                let mbs = |ns: f64| size as f64 / ns * 1e3;
+                let (sr, rr) = (t[1].0 / t[0].0, t[1].1 / t[0].1);
+                table.rows.push(vec![
+                    size.to_string(),
+                    format!("{:.2}", t[0].0 / 1e3),
+                    format!("{:.2}", t[0].1 / 1e3),
+                    format!("{:.2}", t[1].0 / 1e3),
+                    format!("{:.2}", t[1].1 / 1e3),
+                    format!("{:.2}", t[2].0 / 1e3),
+                    format!("{:.2}", t[2].1 / 1e3),
+                    format!("{sr:.2}"),
+                    format!("{rr:.2}"),
+                    format!("{:.0}", mbs(t[1].0)),
+                    format!("{:.0}", mbs(copy)),
+                ]);
+                let key = format!("ilp.{cname}");
+                figures.push((format!("{key}.integrated_vs_layered_send.{size}"), sr));
+                figures.push((format!("{key}.integrated_vs_layered_receive.{size}"), rr));
+                figures.push((
+                    format!("{key}.blocked_vs_layered_send.{size}"),
+                    t[2].0 / t[0].0,
+                ));
+                figures.push((
+                    format!("{key}.integrated_send_fraction_of_memcpy.{size}"),
+                    copy / t[1].0,
+                ));
+                if !plain {
+                    for (i, s) in series.iter_mut().enumerate() {
+                        s.points.push((size as f64, mbs(t[i].0)));
+                    }
+                    memcpy_series.points.push((size as f64, mbs(copy)));
+                }
+            }
+            if !plain {
+                plot.series = series;
+                plot.series.push(memcpy_series);
+            }
+            tables.push(table);
+        }
+        Ok(Outcome::Done(Section {
+            text: vec![
+                "Packet = checksum header, then [length][XDR reply][padding] encrypted in 8-byte \
+                 blocks and covered by the Internet checksum. Layered: one pass per function \
+                 through intermediate buffers (marshal, encrypt, copy, checksum); integrated: \
+                 one loop over 8-byte units (body and tail first, the length-bearing first \
+                 block last), each unit written once; blocked: the layered passes over 4 KiB \
+                 chunks. All three give identical bytes (tests/ilp.rs). Ratios below 1 favour \
+                 the integrated path. The seed measured 16-24 % less send time for 1 KB packets \
+                 on a SPARCstation 10/20 and 8-13 % on an Alpha."
+                    .into(),
+            ],
+            tables,
+            plots: vec![plot],
+            figures,
+        }))
+    }
+}
