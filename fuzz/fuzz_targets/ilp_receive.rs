@@ -7,11 +7,11 @@ use phyllo::ilp::safer::ToyKey;
 use phyllo::ilp::{receive, Execution};
 
 fuzz_target!(|data: &[u8]| {
-    let key = ToyKey([1, 2, 3, 4, 5, 6, 7, 8]);
+    let mut key = ToyKey([1, 2, 3, 4, 5, 6, 7, 8]);
     let mut outs = Vec::new();
     for e in Execution::ALL {
         let mut got = Vec::new();
-        let r = receive(e, &key, data, &mut got);
+        let r = receive(e, &mut key, data, &mut got);
         if r.is_err() {
             assert!(got.is_empty());
         }

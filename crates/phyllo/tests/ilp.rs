@@ -20,14 +20,14 @@ proptest! {
         let key = ToyKey(key);
         let r = Reply { xid, seq, data: &data };
         let mut want = Vec::new();
-        send(Execution::Layered, &key, &r, &mut want);
+        send(Execution::Layered, &mut key.clone(), &r, &mut want);
         prop_assert_eq!(want.len(), packet_len(data.len()));
         for e in Execution::ALL {
             let mut p = vec![0xee; 3];
-            send(e, &key, &r, &mut p);
+            send(e, &mut key.clone(), &r, &mut p);
             prop_assert_eq!(&p, &want);
             let mut got = Vec::new();
-            prop_assert_eq!(receive(e, &key, &p, &mut got), Ok((xid, seq)));
+            prop_assert_eq!(receive(e, &mut key.clone(), &p, &mut got), Ok((xid, seq)));
             prop_assert_eq!(&got, &data);
         }
     }
@@ -41,13 +41,13 @@ proptest! {
         let key = ToyKey([1, 2, 3, 4, 5, 6, 7, 8]);
         let r = Reply { xid: 1, seq: 2, data: &data };
         let mut p = Vec::new();
-        send(Execution::Integrated, &key, &r, &mut p);
+        send(Execution::Integrated, &mut key.clone(), &r, &mut p);
         let i = at.index(p.len());
         prop_assume!(i != 2 && i != 3); // the reserved bytes are not covered
         p[i] ^= flip;
         for e in Execution::ALL {
             let mut got = Vec::new();
-            prop_assert!(receive(e, &key, &p, &mut got).is_err());
+            prop_assert!(receive(e, &mut key.clone(), &p, &mut got).is_err());
             prop_assert!(got.is_empty());
         }
     }

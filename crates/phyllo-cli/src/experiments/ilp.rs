@@ -10,7 +10,7 @@ use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use anyhow::Result;
 use phyllo::ilp::safer::ToyKey;
 use phyllo::ilp::xdr::Reply;
-use phyllo::ilp::{receive, send, BlockCipher, Execution, Plain};
+use phyllo::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -34,12 +34,14 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median send and receive ns per packet of `size` bytes for each execution, and memcpy's.
+/// Median send and receive ns per packet of `size` bytes for each execution, and the
+/// baseline's (memcpy, or the cipher alone over the same bytes).
 fn measure(
-    cipher: &impl BlockCipher,
+    cipher: &mut impl UnitCipher,
     size: usize,
     rounds: usize,
     bytes_per_variant: usize,
+    chacha_alone: bool,
 ) -> ([(f64, f64); 3], f64) {
     let data: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
     let r = Reply {
@@ -53,22 +55,29 @@ fn measure(
     let mut out = Vec::with_capacity(packet.len());
     let mut got = Vec::with_capacity(size);
     let mut dst = vec![0u8; size];
+    let mut alone = ChaCha::new(&[7; 32], &[1; 12]);
     let mut samples = vec![(Vec::new(), Vec::new()); 3];
     let mut copies = Vec::new();
     for _ in 0..rounds {
         for (i, e) in Execution::ALL.into_iter().enumerate() {
             samples[i].0.push(per_call(iters, || {
-                send(e, cipher, black_box(&r), &mut out);
+                send(e, &mut *cipher, black_box(&r), &mut out);
                 black_box(&out);
             }));
             samples[i].1.push(per_call(iters, || {
-                let _ = black_box(receive(e, cipher, black_box(&packet), &mut got));
+                let _ = black_box(receive(e, &mut *cipher, black_box(&packet), &mut got));
             }));
         }
-        copies.push(per_call(iters, || {
-            dst.copy_from_slice(black_box(&data));
-            black_box(&dst);
-        }));
+        copies.push(if chacha_alone {
+            per_call(iters, || {
+                alone.apply_at(0, black_box(&mut dst));
+            })
+        } else {
+            per_call(iters, || {
+                dst.copy_from_slice(black_box(&data));
+                black_box(&dst);
+            })
+        });
     }
     let mut res = [(0.0, 0.0); 3];
     for (i, (s, r)) in samples.iter_mut().enumerate() {
@@ -108,14 +117,14 @@ impl Experiment for Ilp {
             ..Plot::default()
         };
         let names = ["layered", "integrated", "blocked"];
-        for (cname, plain) in [("toy", false), ("plain", true)] {
+        for cname in ["toy", "chacha20", "plain"] {
             let mut table = Table {
                 title: format!(
                     "{}: µs per packet (median of {rounds} interleaved rounds) and MB/s of payload",
-                    if plain {
-                        "No cipher (marshal, checksum, copy)"
-                    } else {
-                        "The seed's simplified SAFER K-64 (insecure)"
+                    match cname {
+                        "plain" => "No cipher (marshal, checksum, copy)",
+                        "chacha20" => "ChaCha20 (baseline: ChaCha20 alone over the payload)",
+                        _ => "The seed's simplified SAFER K-64 (insecure)",
                     }
                 ),
                 headers: [
@@ -129,7 +138,7 @@ impl Experiment for Ilp {
                     "integrated/layered send",
                     "integrated/layered receive",
                     "integrated send MB/s",
-                    "memcpy MB/s",
+                    "baseline MB/s",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -147,10 +156,16 @@ impl Experiment for Ilp {
                 points: vec![],
             };
             for size in SIZES {
-                let (t, copy) = if plain {
-                    measure(&Plain, size, rounds, budget)
-                } else {
-                    measure(&toy, size, rounds, budget)
+                let (t, copy) = match cname {
+                    "plain" => measure(&mut Plain, size, rounds, budget, false),
+                    "chacha20" => measure(
+                        &mut ChaCha::new(&[7; 32], &[1; 12]),
+                        size,
+                        rounds,
+                        budget,
+                        true,
+                    ),
+                    _ => measure(&mut toy.clone(), size, rounds, budget, false),
                 };
                 let mbs = |ns: f64| size as f64 / ns * 1e3;
                 let (sr, rr) = (t[1].0 / t[0].0, t[1].1 / t[0].1);
@@ -174,18 +189,25 @@ impl Experiment for Ilp {
                     format!("{key}.blocked_vs_layered_send.{size}"),
                     t[2].0 / t[0].0,
                 ));
-                figures.push((
-                    format!("{key}.integrated_send_fraction_of_memcpy.{size}"),
-                    copy / t[1].0,
-                ));
-                if !plain {
+                let vs = if cname == "chacha20" {
+                    "integrated_send_vs_chacha20_alone"
+                } else {
+                    "integrated_send_fraction_of_memcpy"
+                };
+                let v = if cname == "chacha20" {
+                    t[1].0 / copy
+                } else {
+                    copy / t[1].0
+                };
+                figures.push((format!("{key}.{vs}.{size}"), v));
+                if cname == "toy" {
                     for (i, s) in series.iter_mut().enumerate() {
                         s.points.push((size as f64, mbs(t[i].0)));
                     }
                     memcpy_series.points.push((size as f64, mbs(copy)));
                 }
             }
-            if !plain {
+            if cname == "toy" {
                 plot.series = series;
                 plot.series.push(memcpy_series);
             }

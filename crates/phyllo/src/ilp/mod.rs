@@ -37,23 +37,37 @@ use safer::BLOCK;
 use thiserror::Error;
 use xdr::{Reply, XdrError};
 
-/// An 8-byte block cipher the data path can run: the seed's toy cipher
-/// ([`safer::ToyKey`]), or [`Plain`] (no encryption: marshalling, checksum and copy alone).
-pub trait BlockCipher {
-    /// Encrypt one block.
-    fn encrypt(&self, b: [u8; BLOCK]) -> [u8; BLOCK];
-    /// Decrypt one block.
-    fn decrypt(&self, c: [u8; BLOCK]) -> [u8; BLOCK];
+/// The encryption the data path runs, applied in place to whole 8-byte units that start `at`
+/// bytes into the encrypted region: the seed's toy block cipher ([`safer::ToyKey`], which
+/// ignores the position), ChaCha20 ([`ChaCha`], whose keystream is seekable, so it is not
+/// ordering-constrained either), or [`Plain`] (no encryption: marshalling, checksum and copy
+/// alone).
+pub trait UnitCipher {
+    /// Encrypt `buf` (whole units) found `at` bytes into the region.
+    fn encrypt_at(&mut self, at: usize, buf: &mut [u8]);
+    /// Decrypt `buf` (whole units) found `at` bytes into the region.
+    fn decrypt_at(&mut self, at: usize, buf: &mut [u8]);
+    /// Bytes the integrated loop hands it at a time (a multiple of 8, at most [`MAX_LINE`]):
+    /// a cache line by default; a cipher that works on wider blocks asks for more.
+    fn line(&self) -> usize {
+        LINE
+    }
 }
 
-impl BlockCipher for safer::ToyKey {
+impl UnitCipher for safer::ToyKey {
     #[inline(always)]
-    fn encrypt(&self, b: [u8; BLOCK]) -> [u8; BLOCK] {
-        safer::ToyKey::encrypt(self, b)
+    fn encrypt_at(&mut self, _: usize, buf: &mut [u8]) {
+        for b in buf.chunks_exact_mut(BLOCK) {
+            let c = self.encrypt(to_block(b));
+            b.copy_from_slice(&c);
+        }
     }
     #[inline(always)]
-    fn decrypt(&self, c: [u8; BLOCK]) -> [u8; BLOCK] {
-        safer::ToyKey::decrypt(self, c)
+    fn decrypt_at(&mut self, _: usize, buf: &mut [u8]) {
+        for b in buf.chunks_exact_mut(BLOCK) {
+            let p = self.decrypt(to_block(b));
+            b.copy_from_slice(&p);
+        }
     }
 }
 
@@ -61,14 +75,52 @@ impl BlockCipher for safer::ToyKey {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Plain;
 
-impl BlockCipher for Plain {
+impl UnitCipher for Plain {
     #[inline(always)]
-    fn encrypt(&self, b: [u8; BLOCK]) -> [u8; BLOCK] {
-        b
+    fn encrypt_at(&mut self, _: usize, _: &mut [u8]) {}
+    #[inline(always)]
+    fn decrypt_at(&mut self, _: usize, _: &mut [u8]) {}
+}
+
+/// ChaCha20 (RFC 8439, RustCrypto's implementation) over the encrypted region, the keystream
+/// position following the region's byte offset. Confidentiality only: this data path's
+/// integrity check is the Internet checksum, as in the seed; phyllo's sealed sessions add the
+/// authenticator.
+pub struct ChaCha {
+    cipher: chacha20::ChaCha20,
+}
+
+impl ChaCha {
+    /// ChaCha20 with `key` and `nonce` (one nonce per packet: never reuse a pair).
+    pub fn new(key: &[u8; 32], nonce: &[u8; 12]) -> ChaCha {
+        use chacha20::cipher::KeyIvInit;
+        ChaCha {
+            cipher: chacha20::ChaCha20::new(key.into(), nonce.into()),
+        }
+    }
+
+    /// XOR the keystream from byte `at` into `buf`.
+    pub fn apply_at(&mut self, at: usize, buf: &mut [u8]) {
+        use chacha20::cipher::{StreamCipher, StreamCipherSeek};
+        if self.cipher.current_pos::<usize>() != at {
+            self.cipher.seek(at);
+        }
+        self.cipher.apply_keystream(buf);
+    }
+}
+
+impl UnitCipher for ChaCha {
+    /// Four 64-byte ChaCha blocks: the implementation computes four at once.
+    fn line(&self) -> usize {
+        MAX_LINE
     }
     #[inline(always)]
-    fn decrypt(&self, c: [u8; BLOCK]) -> [u8; BLOCK] {
-        c
+    fn encrypt_at(&mut self, at: usize, buf: &mut [u8]) {
+        self.apply_at(at, buf)
+    }
+    #[inline(always)]
+    fn decrypt_at(&mut self, at: usize, buf: &mut [u8]) {
+        self.apply_at(at, buf)
     }
 }
 
@@ -76,8 +128,10 @@ impl BlockCipher for Plain {
 pub const HEADER: usize = 4;
 /// Bytes of the encryption header (the length of the marshalled reply).
 pub const ENC_HEADER: usize = 4;
-/// Bytes the integrated loops handle per step: eight units, one cache line.
+/// Bytes the integrated loops handle per step by default: eight units, one cache line.
 const LINE: usize = 8 * BLOCK;
+/// The most bytes a cipher may ask the integrated loops to hand it at a time.
+pub const MAX_LINE: usize = 4 * LINE;
 /// The chunk of the cache-blocked execution: well inside any L1 data cache.
 pub const CHUNK: usize = 4096;
 
@@ -149,7 +203,7 @@ fn unit_sum(b: [u8; BLOCK]) -> u64 {
 }
 
 /// Write the packet for `r` into `out` (replacing what it held).
-pub fn send(exec: Execution, key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
+pub fn send(exec: Execution, key: &mut impl UnitCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     match exec {
         Execution::Layered => send_layered(key, r, out),
         Execution::Integrated => send_integrated(key, r, out),
@@ -161,7 +215,7 @@ pub fn send(exec: Execution, key: &impl BlockCipher, r: &Reply<'_>, out: &mut Ve
 /// number. On an error `data` is empty.
 pub fn receive(
     exec: Execution,
-    key: &impl BlockCipher,
+    key: &mut impl UnitCipher,
     p: &[u8],
     data: &mut Vec<u8>,
 ) -> Result<(u32, u32), IlpError> {
@@ -185,10 +239,11 @@ fn plaintext(r: &Reply<'_>, out: &mut Vec<u8>) {
     out.resize(encrypted_len(r.data.len()), 0);
 }
 
-fn encrypt_into(key: &impl BlockCipher, plain: &[u8], out: &mut Vec<u8>) {
-    for b in plain.chunks_exact(BLOCK) {
-        out.extend_from_slice(&key.encrypt(to_block(b)));
-    }
+/// Append `plain`, found `at` bytes into the region, encrypted.
+fn encrypt_into(key: &mut impl UnitCipher, plain: &[u8], at: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(plain);
+    key.encrypt_at(at, &mut out[start..]);
 }
 
 #[inline(always)]
@@ -198,12 +253,12 @@ fn to_block(b: &[u8]) -> [u8; BLOCK] {
     x
 }
 
-fn send_layered(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
+fn send_layered(key: &mut impl UnitCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     // Marshal, encrypt, copy into the transmit buffer, checksum: four passes.
     let mut plain = Vec::new();
     plaintext(r, &mut plain);
     let mut cipher = Vec::with_capacity(plain.len());
-    encrypt_into(key, &plain, &mut cipher);
+    encrypt_into(key, &plain, 0, &mut cipher);
     out.clear();
     out.extend_from_slice(&[0; HEADER]);
     out.extend_from_slice(&cipher);
@@ -211,7 +266,7 @@ fn send_layered(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     out[..2].copy_from_slice(&c);
 }
 
-fn send_blocked(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
+fn send_blocked(key: &mut impl UnitCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     // The same passes, one L1-sized chunk at a time (the plaintext is built whole here; the
     // passes that follow it run chunk by chunk while the chunk is in the cache).
     let mut plain = Vec::new();
@@ -220,9 +275,9 @@ fn send_blocked(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[0; HEADER]);
     let mut sum = 0u64;
-    for chunk in plain.chunks(CHUNK) {
+    for (j, chunk) in plain.chunks(CHUNK).enumerate() {
         cipher.clear();
-        encrypt_into(key, chunk, &mut cipher);
+        encrypt_into(key, chunk, j * CHUNK, &mut cipher);
         let at = out.len();
         out.extend_from_slice(&cipher);
         sum += ones_sum_le(&out[at..]);
@@ -231,7 +286,7 @@ fn send_blocked(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     out[..2].copy_from_slice(&c);
 }
 
-fn send_integrated(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
+fn send_integrated(key: &mut impl UnitCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     let n = r.data.len();
     let m_len = xdr::reply_len(n) as u32;
     out.clear();
@@ -243,48 +298,54 @@ fn send_integrated(key: &impl BlockCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
     let mut b1 = [0u8; BLOCK];
     b1[..4].copy_from_slice(&r.seq.to_be_bytes());
     b1[4..].copy_from_slice(&(n as u32).to_be_bytes());
-    let mut sum = put_unit(key, b1, out);
-    // Eight units at a time through a 64-byte buffer that stays in registers or L1: one
-    // append per 64 bytes, and a loop the compiler can unroll and vectorise.
-    let lines = r.data.chunks_exact(LINE);
+    let mut sum = put_unit(key, BLOCK, b1, out);
+    let mut at = 2 * BLOCK;
+    // Eight units at a time through a 64-byte buffer that stays in registers or L1: loaded
+    // once, encrypted, summed and appended once.
+    let step = key.line();
+    let lines = r.data.chunks_exact(step);
     let rest = lines.remainder();
     for line in lines {
-        let mut c = [0u8; LINE];
-        for (dst, src) in c.chunks_exact_mut(BLOCK).zip(line.chunks_exact(BLOCK)) {
-            let e = key.encrypt(to_block(src));
-            sum += unit_sum(e);
-            dst.copy_from_slice(&e);
+        let mut buf = [0u8; MAX_LINE];
+        let c = &mut buf[..step];
+        c.copy_from_slice(line);
+        key.encrypt_at(at, c);
+        for u in c.chunks_exact(BLOCK) {
+            sum += unit_sum(to_block(u));
         }
-        out.extend_from_slice(&c);
+        out.extend_from_slice(c);
+        at += step;
     }
     let units = rest.chunks_exact(BLOCK);
     let tail = units.remainder();
     for u in units {
-        sum += put_unit(key, to_block(u), out);
+        sum += put_unit(key, at, to_block(u), out);
+        at += BLOCK;
     }
     // Part C: the last data bytes with the XDR and the block padding (zeros).
     if !tail.is_empty() {
         let mut c = [0u8; BLOCK];
         c[..tail.len()].copy_from_slice(tail);
-        sum += put_unit(key, c, out);
+        sum += put_unit(key, at, c, out);
     }
     // Part A: the encryption header, which holds the length, and the transaction id.
     let mut a = [0u8; BLOCK];
     a[..4].copy_from_slice(&m_len.to_be_bytes());
     a[4..].copy_from_slice(&r.xid.to_be_bytes());
-    let c = key.encrypt(a);
-    sum += unit_sum(c);
-    out[HEADER..HEADER + BLOCK].copy_from_slice(&c);
+    key.encrypt_at(0, &mut a);
+    sum += unit_sum(a);
+    out[HEADER..HEADER + BLOCK].copy_from_slice(&a);
     let field = checksum_field(sum);
     out[..2].copy_from_slice(&field);
 }
 
-/// Encrypt one unit, append it, return its checksum contribution.
+/// Encrypt one unit found `at` bytes into the region, append it, return its checksum
+/// contribution.
 #[inline(always)]
-fn put_unit(key: &impl BlockCipher, plain: [u8; BLOCK], out: &mut Vec<u8>) -> u64 {
-    let c = key.encrypt(plain);
-    out.extend_from_slice(&c);
-    unit_sum(c)
+fn put_unit(key: &mut impl UnitCipher, at: usize, mut u: [u8; BLOCK], out: &mut Vec<u8>) -> u64 {
+    key.encrypt_at(at, &mut u);
+    out.extend_from_slice(&u);
+    unit_sum(u)
 }
 
 /// The transport header's checksum field and the encrypted region, if whole.
@@ -318,7 +379,7 @@ fn encrypted_len_of(m_len: usize) -> Option<usize> {
 }
 
 fn receive_layered(
-    key: &impl BlockCipher,
+    key: &mut impl UnitCipher,
     p: &[u8],
     data: &mut Vec<u8>,
 ) -> Result<(u32, u32), IlpError> {
@@ -326,26 +387,24 @@ fn receive_layered(
     if !checksum_ok(ones_sum_le(e), field) {
         return Err(IlpError::Checksum);
     }
-    let mut plain = Vec::with_capacity(e.len());
-    for b in e.chunks_exact(BLOCK) {
-        plain.extend_from_slice(&key.decrypt(to_block(b)));
-    }
+    let mut plain = e.to_vec();
+    key.decrypt_at(0, &mut plain);
     finish(&plain, data)
 }
 
 fn receive_blocked(
-    key: &impl BlockCipher,
+    key: &mut impl UnitCipher,
     p: &[u8],
     data: &mut Vec<u8>,
 ) -> Result<(u32, u32), IlpError> {
     let (field, e) = split(p)?;
     let mut plain = Vec::with_capacity(e.len());
     let mut sum = 0u64;
-    for chunk in e.chunks(CHUNK) {
+    for (j, chunk) in e.chunks(CHUNK).enumerate() {
         sum += ones_sum_le(chunk);
-        for b in chunk.chunks_exact(BLOCK) {
-            plain.extend_from_slice(&key.decrypt(to_block(b)));
-        }
+        let start = plain.len();
+        plain.extend_from_slice(chunk);
+        key.decrypt_at(j * CHUNK, &mut plain[start..]);
     }
     if !checksum_ok(sum, field) {
         return Err(IlpError::Checksum);
@@ -354,49 +413,52 @@ fn receive_blocked(
 }
 
 fn receive_integrated(
-    key: &impl BlockCipher,
+    key: &mut impl UnitCipher,
     p: &[u8],
     data: &mut Vec<u8>,
 ) -> Result<(u32, u32), IlpError> {
     let (field, e) = split(p)?;
     // The first two units hold every length: check them against the packet before the loop.
-    let (c0, c1) = (to_block(&e[..BLOCK]), to_block(&e[BLOCK..2 * BLOCK]));
-    let mut sum = unit_sum(c0) + unit_sum(c1);
-    let (a, b1) = (key.decrypt(c0), key.decrypt(c1));
-    let word = |b: &[u8; BLOCK], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    let (m_len, xid, seq, n) = (
-        word(&a, 0) as usize,
-        word(&a, 4),
-        word(&b1, 0),
-        word(&b1, 4) as usize,
-    );
+    let mut h = [0u8; 2 * BLOCK];
+    h.copy_from_slice(&e[..2 * BLOCK]);
+    let mut sum = unit_sum(to_block(&h[..BLOCK])) + unit_sum(to_block(&h[BLOCK..]));
+    key.decrypt_at(0, &mut h);
+    let word = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let (m_len, xid, seq, n) = (word(0) as usize, word(4), word(8), word(12) as usize);
     if m_len != xdr::reply_len(n) || encrypted_len(n) != e.len() {
         return Err(IlpError::Length);
     }
     let body = &e[2 * BLOCK..];
+    let mut at = 2 * BLOCK;
     data.reserve(n);
-    // Eight units at a time, as on the send side.
-    let lines = body[..(n / LINE) * LINE].chunks_exact(LINE);
-    for line in lines {
-        let mut plain = [0u8; LINE];
-        for (dst, src) in plain.chunks_exact_mut(BLOCK).zip(line.chunks_exact(BLOCK)) {
-            let c = to_block(src);
-            sum += unit_sum(c);
-            dst.copy_from_slice(&key.decrypt(c));
+    // Eight units at a time, as on the send side: summed as ciphertext, then decrypted.
+    let step = key.line();
+    let whole_lines = (n / step) * step;
+    for line in body[..whole_lines].chunks_exact(step) {
+        let mut buf = [0u8; MAX_LINE];
+        let plain = &mut buf[..step];
+        plain.copy_from_slice(line);
+        for u in plain.chunks_exact(BLOCK) {
+            sum += unit_sum(to_block(u));
         }
-        data.extend_from_slice(&plain);
+        key.decrypt_at(at, plain);
+        data.extend_from_slice(plain);
+        at += step;
     }
-    let mut units = body[(n / LINE) * LINE..].chunks_exact(BLOCK);
-    for _ in 0..(n % LINE) / BLOCK {
-        let c = to_block(units.next().ok_or(IlpError::Truncated)?);
-        sum += unit_sum(c);
-        data.extend_from_slice(&key.decrypt(c));
+    let mut units = body[whole_lines..].chunks_exact(BLOCK);
+    let mut next = |at: usize| -> Result<[u8; BLOCK], IlpError> {
+        let mut u = to_block(units.next().ok_or(IlpError::Truncated)?);
+        sum += unit_sum(u);
+        key.decrypt_at(at, &mut u);
+        Ok(u)
+    };
+    for _ in 0..(n % step) / BLOCK {
+        data.extend_from_slice(&next(at)?);
+        at += BLOCK;
     }
     let tail = n % BLOCK;
     if tail > 0 {
-        let c = to_block(units.next().ok_or(IlpError::Truncated)?);
-        sum += unit_sum(c);
-        let b = key.decrypt(c);
+        let b = next(at)?;
         if b[tail..].iter().any(|&x| x != 0) {
             return Err(XdrError::Padding.into());
         }
@@ -436,15 +498,70 @@ mod tests {
                 data: &data,
             };
             let mut want = Vec::new();
-            send(Execution::Layered, &KEY, &r, &mut want);
+            send(Execution::Layered, &mut KEY.clone(), &r, &mut want);
             assert_eq!(want.len(), packet_len(n));
             for e in Execution::ALL {
                 let mut p = Vec::new();
-                send(e, &KEY, &r, &mut p);
+                send(e, &mut KEY.clone(), &r, &mut p);
                 assert_eq!(p, want, "{e:?} send, {n} bytes");
                 let mut got = Vec::new();
-                assert_eq!(receive(e, &KEY, &p, &mut got), Ok((r.xid, r.seq)), "{e:?}");
+                assert_eq!(
+                    receive(e, &mut KEY.clone(), &p, &mut got),
+                    Ok((r.xid, r.seq)),
+                    "{e:?}"
+                );
                 assert_eq!(got, data, "{e:?} receive, {n} bytes");
+            }
+        }
+    }
+
+    /// RFC 8439 §2.4.2: ChaCha20 encryption, key 00..1f, the nonce below, block counter 1
+    /// (byte 64 of the keystream).
+    #[test]
+    fn rfc8439_chacha20_encryption() {
+        let key: [u8; 32] = core::array::from_fn(|i| i as u8);
+        let nonce = [0, 0, 0, 0, 0, 0, 0, 0x4a, 0, 0, 0, 0];
+        let mut text = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.".to_vec();
+        ChaCha::new(&key, &nonce).apply_at(64, &mut text);
+        assert_eq!(
+            &text[..16],
+            &[
+                0x6e, 0x2e, 0x35, 0x9a, 0x25, 0x68, 0xf9, 0x80, 0x41, 0xba, 0x07, 0x28, 0xdd, 0x0d,
+                0x69, 0x81
+            ]
+        );
+        assert_eq!(&text[text.len() - 2..], &[0x87, 0x4d]);
+    }
+
+    #[test]
+    fn the_executions_agree_under_chacha20_and_without_a_cipher() {
+        let (k, nonce) = ([7u8; 32], [1u8; 12]);
+        for n in [0, 1, 7, 8, 63, 64, 65, 200, 4096, 5000] {
+            let data: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
+            let r = Reply {
+                xid: 5,
+                seq: 6,
+                data: &data,
+            };
+            let mut want = Vec::new();
+            send(
+                Execution::Layered,
+                &mut ChaCha::new(&k, &nonce),
+                &r,
+                &mut want,
+            );
+            let mut plain_want = Vec::new();
+            send(Execution::Layered, &mut Plain, &r, &mut plain_want);
+            assert_ne!(want, plain_want);
+            for e in Execution::ALL {
+                let mut p = Vec::new();
+                send(e, &mut ChaCha::new(&k, &nonce), &r, &mut p);
+                assert_eq!(p, want, "{e:?} ChaCha20, {n} bytes");
+                let mut got = Vec::new();
+                let back = receive(e, &mut ChaCha::new(&k, &nonce), &p, &mut got);
+                assert_eq!((back, &got), (Ok((5, 6)), &data), "{e:?}");
+                send(e, &mut Plain, &r, &mut p);
+                assert_eq!(p, plain_want, "{e:?} no cipher");
             }
         }
     }
@@ -458,7 +575,7 @@ mod tests {
             data: &data,
         };
         let mut p = Vec::new();
-        send(Execution::Integrated, &KEY, &r, &mut p);
+        send(Execution::Integrated, &mut KEY.clone(), &r, &mut p);
         for e in Execution::ALL {
             let mut got = vec![1, 2, 3];
             for bit in 0..p.len() * 8 {
@@ -468,12 +585,15 @@ mod tests {
                 if (16..32).contains(&bit) {
                     continue;
                 }
-                assert!(receive(e, &KEY, &bad, &mut got).is_err(), "{e:?} bit {bit}");
+                assert!(
+                    receive(e, &mut KEY.clone(), &bad, &mut got).is_err(),
+                    "{e:?} bit {bit}"
+                );
                 assert!(got.is_empty(), "{e:?}: something delivered");
             }
             for cut in 0..p.len() {
                 assert!(
-                    receive(e, &KEY, &p[..cut], &mut got).is_err(),
+                    receive(e, &mut KEY.clone(), &p[..cut], &mut got).is_err(),
                     "{e:?} cut {cut}"
                 );
             }
