@@ -36,8 +36,10 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Median send and receive ns per packet of `size` bytes for each execution, and the
 /// baseline's (memcpy, or the cipher alone over the same bytes).
-fn measure(
-    cipher: &mut impl UnitCipher,
+/// `cipher` makes the cipher of one packet: a real one is keyed per packet (a fresh nonce),
+/// so its set-up is part of each packet's cost, and no keystream carries over.
+fn measure<C: UnitCipher>(
+    cipher: impl Fn() -> C,
     size: usize,
     rounds: usize,
     bytes_per_variant: usize,
@@ -51,26 +53,25 @@ fn measure(
     };
     let iters = (bytes_per_variant / size).max(4) as u32;
     let mut packet = Vec::new();
-    send(Execution::Layered, cipher, &r, &mut packet);
+    send(Execution::Layered, &mut cipher(), &r, &mut packet);
     let mut out = Vec::with_capacity(packet.len());
     let mut got = Vec::with_capacity(size);
     let mut dst = vec![0u8; size];
-    let mut alone = ChaCha::new(&[7; 32], &[1; 12]);
     let mut samples = vec![(Vec::new(), Vec::new()); 3];
     let mut copies = Vec::new();
     for _ in 0..rounds {
         for (i, e) in Execution::ALL.into_iter().enumerate() {
             samples[i].0.push(per_call(iters, || {
-                send(e, &mut *cipher, black_box(&r), &mut out);
+                send(e, &mut cipher(), black_box(&r), &mut out);
                 black_box(&out);
             }));
             samples[i].1.push(per_call(iters, || {
-                let _ = black_box(receive(e, &mut *cipher, black_box(&packet), &mut got));
+                let _ = black_box(receive(e, &mut cipher(), black_box(&packet), &mut got));
             }));
         }
         copies.push(if chacha_alone {
             per_call(iters, || {
-                alone.apply_at(0, black_box(&mut dst));
+                ChaCha::new(&[7; 32], &[1; 12]).apply_at(0, black_box(&mut dst));
             })
         } else {
             per_call(iters, || {
@@ -157,15 +158,15 @@ impl Experiment for Ilp {
             };
             for size in SIZES {
                 let (t, copy) = match cname {
-                    "plain" => measure(&mut Plain, size, rounds, budget, false),
+                    "plain" => measure(|| Plain, size, rounds, budget, false),
                     "chacha20" => measure(
-                        &mut ChaCha::new(&[7; 32], &[1; 12]),
+                        || ChaCha::new(&[7; 32], &[1; 12]),
                         size,
                         rounds,
                         budget,
                         true,
                     ),
-                    _ => measure(&mut toy.clone(), size, rounds, budget, false),
+                    _ => measure(|| toy, size, rounds, budget, false),
                 };
                 let mbs = |ns: f64| size as f64 / ns * 1e3;
                 let (sr, rr) = (t[1].0 / t[0].0, t[1].1 / t[0].1);

@@ -47,6 +47,10 @@ pub trait UnitCipher {
     fn encrypt_at(&mut self, at: usize, buf: &mut [u8]);
     /// Decrypt `buf` (whole units) found `at` bytes into the region.
     fn decrypt_at(&mut self, at: usize, buf: &mut [u8]);
+    /// A packet whose encrypted region is `len` bytes begins (a cipher may prepare for it).
+    fn begin(&mut self, len: usize) {
+        let _ = len;
+    }
     /// Bytes the integrated loop hands it at a time (a multiple of 8, at most [`MAX_LINE`]):
     /// a cache line by default; a cipher that works on wider blocks asks for more.
     fn line(&self) -> usize {
@@ -88,7 +92,20 @@ impl UnitCipher for Plain {
 /// authenticator.
 pub struct ChaCha {
     cipher: chacha20::ChaCha20,
+    /// Keystream computed ahead for small requests: one bulk call of the crate per window
+    /// (its four-block SIMD path, its per-call cost paid once), then plain xors.
+    window: Vec<u8>,
+    /// The region offset of `window[0]`.
+    window_at: usize,
+    /// The keystream of the region's first unit (the integrated send's part A comes last).
+    head: Option<[u8; BLOCK]>,
+    /// The length of the current packet's region, from [`UnitCipher::begin`] (windows end
+    /// there).
+    region: Option<usize>,
 }
+
+/// Bytes of keystream [`ChaCha`] computes at once for small requests.
+const KS_WINDOW: usize = 4096;
 
 impl ChaCha {
     /// ChaCha20 with `key` and `nonce` (one nonce per packet: never reuse a pair).
@@ -96,20 +113,84 @@ impl ChaCha {
         use chacha20::cipher::KeyIvInit;
         ChaCha {
             cipher: chacha20::ChaCha20::new(key.into(), nonce.into()),
+            window: Vec::new(),
+            window_at: 0,
+            head: None,
+            region: None,
         }
     }
 
     /// XOR the keystream from byte `at` into `buf`.
     pub fn apply_at(&mut self, at: usize, buf: &mut [u8]) {
         use chacha20::cipher::{StreamCipher, StreamCipherSeek};
-        if self.cipher.current_pos::<usize>() != at {
-            self.cipher.seek(at);
+        if let Some(head) = self.head.filter(|_| at + buf.len() <= BLOCK) {
+            for (b, x) in buf.iter_mut().zip(&head[at..]) {
+                *b ^= x;
+            }
+            return;
         }
-        self.cipher.apply_keystream(buf);
+        let mut at = at;
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let end = self.window_at + self.window.len();
+            if at >= self.window_at && at < end {
+                let k = rest.len().min(end - at);
+                let ks = &self.window[at - self.window_at..at - self.window_at + k];
+                let (now, later) = rest.split_at_mut(k);
+                for (b, x) in now.iter_mut().zip(ks) {
+                    *b ^= x;
+                }
+                at += k;
+                rest = later;
+                continue;
+            }
+            if rest.len() >= KS_WINDOW {
+                // A long stretch: straight through the crate, no window.
+                self.cipher.seek(at);
+                self.cipher.apply_keystream(rest);
+                return;
+            }
+            // A new window from the block that holds `at`: twice the last one when the
+            // requests run on from it (up to `KS_WINDOW`), else as long as this request needs
+            // (whole 256-byte steps), so a short packet computes no keystream it will not use.
+            let start = at - at % 64;
+            let mut len = if at == end && !self.window.is_empty() {
+                (2 * self.window.len()).min(KS_WINDOW)
+            } else {
+                (at + rest.len() - start).div_ceil(256).min(KS_WINDOW / 256) * 256
+            };
+            if let Some(region) = self.region {
+                // Never past the packet's end (but always what this request needs).
+                let needed = (at + rest.len() - start).div_ceil(64) * 64;
+                len = len
+                    .min(region.saturating_sub(start).div_ceil(64) * 64)
+                    .max(needed);
+            }
+            self.fill(start, len);
+        }
+    }
+
+    /// Compute the keystream window `[start, start + len)`.
+    fn fill(&mut self, start: usize, len: usize) {
+        use chacha20::cipher::{StreamCipher, StreamCipherSeek};
+        self.window_at = start;
+        self.window.clear();
+        self.window.resize(len, 0);
+        self.cipher.seek(start);
+        self.cipher.apply_keystream(&mut self.window);
+        if start == 0 && len >= BLOCK {
+            self.head = self.window[..BLOCK].try_into().ok();
+        }
     }
 }
 
 impl UnitCipher for ChaCha {
+    /// The region's first `KS_WINDOW` bytes of keystream (all of a short one) in one call of
+    /// the crate; the rest follows in windows of that size.
+    fn begin(&mut self, len: usize) {
+        self.region = Some(len);
+        self.fill(0, len.min(KS_WINDOW).div_ceil(64) * 64);
+    }
     /// Four 64-byte ChaCha blocks: the implementation computes four at once.
     fn line(&self) -> usize {
         MAX_LINE
@@ -204,6 +285,7 @@ fn unit_sum(b: [u8; BLOCK]) -> u64 {
 
 /// Write the packet for `r` into `out` (replacing what it held).
 pub fn send(exec: Execution, key: &mut impl UnitCipher, r: &Reply<'_>, out: &mut Vec<u8>) {
+    key.begin(encrypted_len(r.data.len()));
     match exec {
         Execution::Layered => send_layered(key, r, out),
         Execution::Integrated => send_integrated(key, r, out),
@@ -220,6 +302,7 @@ pub fn receive(
     data: &mut Vec<u8>,
 ) -> Result<(u32, u32), IlpError> {
     data.clear();
+    key.begin(p.len().saturating_sub(HEADER));
     let r = match exec {
         Execution::Layered => receive_layered(key, p, data),
         Execution::Integrated => receive_integrated(key, p, data),
