@@ -6,6 +6,7 @@ pub mod analyze_cmd;
 pub mod cmd;
 pub mod connect;
 pub mod experiments;
+pub mod ilp_cmd;
 pub mod keys;
 pub mod measure;
 pub mod relay;

@@ -1,6 +1,6 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{aead, analyze_cmd, cmd, connect, keys, relay, report, serve, workload};
+use phyllo_cli::{aead, analyze_cmd, cmd, connect, ilp_cmd, keys, relay, report, serve, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +39,9 @@ enum Cmd {
     /// A UDP relay that impairs what it forwards (loss, delay, jitter, reordering,
     /// duplication, corruption).
     Relay(relay::RelayArgs),
+    /// Send or receive packets through one execution of the integrated data path (run under
+    /// callgrind by the report's `ilp` experiment to count memory accesses).
+    Ilp(ilp_cmd::IlpArgs),
 }
 
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
@@ -65,5 +68,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Serve(args) => serve::serve(args),
         Cmd::Connect(args) => connect::connect(args),
         Cmd::Relay(args) => relay::relay(args),
+        Cmd::Ilp(args) => ilp_cmd::ilp(args),
     }
 }
