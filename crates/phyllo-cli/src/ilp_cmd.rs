@@ -60,12 +60,15 @@ pub struct IlpArgs {
     pub receive: bool,
 }
 
+/// Makes a packet's cipher and hands it to the work.
+pub type WithCipher<'a> = dyn FnMut(&mut dyn FnMut(&mut dyn Op)) + 'a;
+
 /// One packet's work, as one function: what `--toggle-collect=phyllo_ilp_op` counts.
 #[inline(never)]
 #[no_mangle]
 pub fn phyllo_ilp_op(
     exec: Execution,
-    key: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Op)),
+    key: &mut WithCipher<'_>,
     receive_side: bool,
     r: &Reply<'_>,
     packet: &[u8],
