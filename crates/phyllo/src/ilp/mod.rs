@@ -518,14 +518,14 @@ fn receive_integrated(
     let step = key.line();
     let whole_lines = (n / step) * step;
     for line in body[..whole_lines].chunks_exact(step) {
-        let mut buf = [0u8; MAX_LINE];
-        let plain = &mut buf[..step];
-        plain.copy_from_slice(line);
+        // Straight into the destination, then summed and decrypted there while it is in L1.
+        let start = data.len();
+        data.extend_from_slice(line);
+        let plain = &mut data[start..];
         for u in plain.chunks_exact(BLOCK) {
             sum += unit_sum(to_block(u));
         }
         key.decrypt_at(at, plain);
-        data.extend_from_slice(plain);
         at += step;
     }
     let mut units = body[whole_lines..].chunks_exact(BLOCK);
