@@ -32,6 +32,9 @@ use crate::stack::{build_dyn, DynStack, LayerSet, SpecError};
 use crate::time::{earliest, Time};
 use thiserror::Error;
 
+/// The default largest application message, bytes.
+pub const MAX_MESSAGE: usize = 1 << 20;
+
 /// Configuration of a connection.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -67,14 +70,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for `role`: a fixed demonstration key (use [`Config::with_psk`] for real use),
-    /// 1 MiB messages.
+    /// Defaults for `role`: no keys (a stack with `seal` needs [`Config::with_session`] or
+    /// [`Config::with_psk`]), messages up to [`MAX_MESSAGE`].
     pub fn new(role: Role) -> Config {
         Config {
             role,
             psk: None,
             session: None,
-            max_message: 1 << 20,
+            max_message: MAX_MESSAGE,
             max_queue: 4096,
             accelerate: false,
             mtu: 1400,
@@ -95,10 +98,7 @@ impl Config {
     /// The same keyed by the session `keys` (its role too).
     pub fn with_session(mut self, keys: &crate::session::SessionKeys) -> Config {
         self.role = keys.role;
-        self.session = Some(DirectionKeys {
-            initiator_to_responder: keys.initiator_to_responder,
-            responder_to_initiator: keys.responder_to_initiator,
-        });
+        self.session = Some(keys.keys.clone());
         self
     }
 

@@ -520,9 +520,7 @@ pub trait Layer: Send {
     /// Give back memory held for traffic that is not there (empty queues' capacity, slots
     /// for out-of-order data): a session idle for a while calls it, so that thousands of idle
     /// sessions cost little. The next burst allocates again.
-    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
-        let _ = pool;
-    }
+    fn shrink(&mut self) {}
 
     /// Append this layer's instructions to the accelerator's send filter (seed 004 §3.3):
     /// fill message-specific fields, or reject (non-zero) what the fast path cannot send.
@@ -617,8 +615,8 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     fn holds_unacked(&self) -> bool {
         (**self).holds_unacked()
     }
-    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
-        (**self).shrink(pool)
+    fn shrink(&mut self) {
+        (**self).shrink()
     }
     fn send_filter(&self, seg: &mut Segment) {
         (**self).send_filter(seg)

@@ -240,7 +240,7 @@ impl<S: LayerSet> Core<S> {
     /// Give back what idle traffic does not need: the layers' spare capacity, the queues'
     /// and the pool's idle buffers.
     pub(crate) fn shrink(&mut self) {
-        self.layers.shrink(&mut self.pool);
+        self.layers.shrink();
         self.pool.trim();
         if self.out.is_empty() {
             self.out = VecDeque::new();

@@ -29,7 +29,7 @@
 pub mod endpoint;
 pub mod mac;
 
-use crate::layer::Role;
+use crate::layer::{DirectionKeys, Role};
 use snow::params::NoiseParams;
 use std::collections::HashMap;
 use std::fmt;
@@ -213,10 +213,8 @@ fn x25519_public(private: &[u8; 32]) -> Result<[u8; 32], HandshakeError> {
 /// A session's keys, one per direction, and who the peer is.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SessionKeys {
-    /// Key of the initiator-to-responder direction.
-    pub initiator_to_responder: [u8; 32],
-    /// Key of the responder-to-initiator direction.
-    pub responder_to_initiator: [u8; 32],
+    /// The two keys, one per direction (what `seal` takes: [`crate::Config::with_session`]).
+    pub keys: DirectionKeys,
     /// This end's role in the handshake (the connection's role).
     pub role: Role,
     /// The peer's static public key.
@@ -331,8 +329,10 @@ impl Initiation {
             .map_err(|_| HandshakeError::Malformed)?;
         let (i2r, r2i) = self.hs.dangerously_get_raw_split();
         Ok(SessionKeys {
-            initiator_to_responder: i2r,
-            responder_to_initiator: r2i,
+            keys: DirectionKeys {
+                initiator_to_responder: i2r,
+                responder_to_initiator: r2i,
+            },
             role: Role::Initiator,
             peer: self.peer,
             local_index: self.index,
@@ -423,8 +423,10 @@ impl Responder {
         let (i2r, r2i) = hs.dangerously_get_raw_split();
         self.peers.insert(peer, Some(ts));
         let keys = SessionKeys {
-            initiator_to_responder: i2r,
-            responder_to_initiator: r2i,
+            keys: DirectionKeys {
+                initiator_to_responder: i2r,
+                responder_to_initiator: r2i,
+            },
             role: Role::Responder,
             peer,
             local_index: index,
@@ -456,9 +458,18 @@ mod tests {
         let (mut i, m1) = Initiation::start(&a, b.public(), 7, 1).unwrap();
         let (kb, m2) = r.respond(&m1, 9).unwrap();
         let ka = i.finish(&m2).unwrap();
-        assert_eq!(ka.initiator_to_responder, kb.initiator_to_responder);
-        assert_eq!(ka.responder_to_initiator, kb.responder_to_initiator);
-        assert_ne!(ka.initiator_to_responder, ka.responder_to_initiator);
+        assert_eq!(
+            ka.keys.initiator_to_responder,
+            kb.keys.initiator_to_responder
+        );
+        assert_eq!(
+            ka.keys.responder_to_initiator,
+            kb.keys.responder_to_initiator
+        );
+        assert_ne!(
+            ka.keys.initiator_to_responder,
+            ka.keys.responder_to_initiator
+        );
         assert_eq!((ka.peer, kb.peer), (b.public(), a.public()));
         assert_eq!((ka.local_index, ka.peer_index), (7, 9));
         assert_eq!((kb.local_index, kb.peer_index), (9, 7));
@@ -473,8 +484,8 @@ mod tests {
             let (mut i, m1) = Initiation::start(&a, b.public(), n, u128::from(n) + 1).unwrap();
             let (_, m2) = r.respond(&m1, n).unwrap();
             let k = i.finish(&m2).unwrap();
-            assert!(seen.insert(k.initiator_to_responder), "session {n}");
-            assert!(seen.insert(k.responder_to_initiator), "session {n}");
+            assert!(seen.insert(k.keys.initiator_to_responder), "session {n}");
+            assert!(seen.insert(k.keys.responder_to_initiator), "session {n}");
         }
     }
 

@@ -33,7 +33,7 @@ pub trait LayerSet {
     /// [`Layer::holds_unacked`] of any layer.
     fn holds_unacked(&self) -> bool;
     /// [`Layer::shrink`] of every layer.
-    fn shrink(&mut self, pool: &mut crate::msg::Pool);
+    fn shrink(&mut self);
     /// [`Layer::pre_send`] of layer `i`.
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict;
     /// [`Layer::post_send`] of layer `i`.
@@ -84,8 +84,8 @@ impl LayerSet for DynStack {
     fn holds_unacked(&self) -> bool {
         self.iter().any(|l| l.holds_unacked())
     }
-    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
-        self.iter_mut().for_each(|l| l.shrink(pool))
+    fn shrink(&mut self) {
+        self.iter_mut().for_each(|l| l.shrink())
     }
     #[inline]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {
@@ -152,7 +152,7 @@ impl LayerSet for () {
     fn holds_unacked(&self) -> bool {
         false
     }
-    fn shrink(&mut self, _: &mut crate::msg::Pool) {}
+    fn shrink(&mut self) {}
     fn pre_send_at(&self, _: usize, _: &mut Packet<'_>) -> Verdict {
         Verdict::Continue
     }
@@ -210,9 +210,9 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
     fn holds_unacked(&self) -> bool {
         self.0.holds_unacked() || self.1.holds_unacked()
     }
-    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
-        self.0.shrink(pool);
-        self.1.shrink(pool);
+    fn shrink(&mut self) {
+        self.0.shrink();
+        self.1.shrink();
     }
     #[inline(always)]
     fn pre_send_at(&self, i: usize, pkt: &mut Packet<'_>) -> Verdict {

@@ -85,7 +85,10 @@ fn run(accel: bool) {
 
     // Session 2, same static keys: fresh keys; session 1's datagrams are not accepted.
     let (ka2, kb2) = handshake(&a, &mut r, 2, 2);
-    assert_ne!(ka1.initiator_to_responder, ka2.initiator_to_responder);
+    assert_ne!(
+        ka1.keys.initiator_to_responder,
+        ka2.keys.initiator_to_responder
+    );
     let (mut a2, mut b2) = connections(&ka2, &kb2, accel);
     let before = b2.stats().input_drops()
         + b2.accel_stats()

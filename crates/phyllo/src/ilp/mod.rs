@@ -441,8 +441,8 @@ fn split(p: &[u8]) -> Result<([u8; 2], &[u8]), IlpError> {
 
 /// Unmarshal a decrypted region into `data`.
 fn finish(plain: &[u8], data: &mut Vec<u8>) -> Result<(u32, u32), IlpError> {
-    let m_len =
-        u32::from_be_bytes(to_block(&plain[..BLOCK])[..4].try_into().unwrap_or([0; 4])) as usize;
+    // `split` checked the region holds at least two units.
+    let m_len = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
     let m = plain
         .get(ENC_HEADER..ENC_HEADER.saturating_add(m_len))
         .ok_or(IlpError::Length)?;

@@ -15,8 +15,9 @@
 //! critical path, then only XOR and GHASH; a long one goes through `ring`'s AES-256-GCM
 //! (the same bytes), and so does ChaCha20-Poly1305.
 //!
-//! Keys: one per direction, derived from the connection's pre-shared key with HKDF-SHA256, so
-//! the two directions never share a (key, nonce) pair. Nonce: a 64-bit per-direction counter;
+//! Keys: one per direction — a session's two from its handshake ([`crate::session`]), or two
+//! derived from a pre-shared key with HKDF-SHA256 — so the two directions never share a
+//! (key, nonce) pair. Nonce: a 64-bit per-direction counter;
 //! its low 32 bits travel as a protocol-specific field (predictable: it depends only on state)
 //! and the receiver reconstructs the full counter next to the highest it has accepted. The
 //! associated data is the image of this layer's field and those above it; the body is
@@ -358,7 +359,7 @@ impl Layer for Seal {
 
     /// An idle session gives back the AES-GCM work-ahead state (about 2 KiB for both
     /// directions); the next message goes through `ring`, and its post-phase builds it again.
-    fn shrink(&mut self, _: &mut crate::msg::Pool) {
+    fn shrink(&mut self) {
         for k in [&mut self.tx, &mut self.rx].into_iter().flatten() {
             k.split = None;
         }

@@ -334,8 +334,7 @@ impl Layer for Window {
         !self.unacked.is_empty() || !self.backlog.is_empty()
     }
 
-    fn shrink(&mut self, pool: &mut crate::msg::Pool) {
-        let _ = pool;
+    fn shrink(&mut self) {
         if self.unacked.is_empty() {
             self.unacked.shrink_to_fit();
             self.sent_at.shrink_to_fit();

@@ -63,7 +63,7 @@
 
 use super::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
 use super::{HandshakeError, Initiation, PublicKey, Responder, SessionKeys, StaticKey};
-use crate::conn::{BuildError, Config, Connection, SendError, Stats};
+use crate::conn::{BuildError, Config, Connection, SendError, Stats, MAX_MESSAGE};
 use crate::layer::Role;
 use crate::stack::{DynStack, LayerSet};
 use crate::time::Time;
@@ -214,7 +214,7 @@ pub enum Drop {
 }
 
 impl Drop {
-    /// Every reason, in counter order.
+    /// Every reason, in declaration order: a reason's counter is `drops[reason as usize]`.
     pub const ALL: [Drop; 12] = [
         Drop::Truncated,
         Drop::UnknownType,
@@ -292,7 +292,7 @@ pub enum SessionSendError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionEndpointStats {
     /// Drops, indexed like [`Drop::ALL`].
-    pub drops: [u64; 12],
+    pub drops: [u64; Drop::ALL.len()],
     /// Initiations sent.
     pub initiations_sent: u64,
     /// Cookie replies sent.
@@ -306,7 +306,7 @@ pub struct SessionEndpointStats {
 impl SessionEndpointStats {
     /// Drops for `reason`.
     pub fn dropped(&self, reason: Drop) -> u64 {
-        self.drops[Drop::ALL.iter().position(|&d| d == reason).unwrap_or(0)]
+        self.drops[reason as usize]
     }
 
     /// All drops.
@@ -400,6 +400,26 @@ impl<S: LayerSet> Session<S> {
         }
     }
 
+    /// Hand `data` to the connection; silence counts from now if nothing was outstanding
+    /// before. The caller then [`keep`](Self::keep)s a copy of what it took.
+    fn send(&mut self, now: Time, data: &[u8]) -> Result<(), SendError> {
+        self.settle(now);
+        let was_outstanding = self.outstanding();
+        self.conn.send(now, data)?;
+        if !was_outstanding {
+            self.quiet_since = now;
+        }
+        self.last_active = now;
+        self.shrunk = false;
+        Ok(())
+    }
+
+    /// Keep a message the connection took until it is confirmed.
+    fn keep(&mut self, m: Vec<u8>) {
+        self.unconfirmed_bytes += m.len();
+        self.unconfirmed.push_back(m);
+    }
+
     /// Whether new messages may go into this session: below the key-usage limit, and, where
     /// this end rekeys, below the rekey point (later ones wait for the new session).
     fn takes_more(&self, rekey_after: u64, reject_after: u64, dialer: bool) -> bool {
@@ -471,6 +491,12 @@ struct Peer<S: LayerSet> {
 }
 
 impl<S: LayerSet> Peer<S> {
+    /// New messages may go into the current session: no retiring one still holds messages
+    /// of this end's that they would overtake.
+    fn open(&self) -> bool {
+        self.retiring.as_ref().is_none_or(|r| r.drained())
+    }
+
     fn retained(&self) -> usize {
         self.outbox_bytes
             + self.current.as_ref().map_or(0, |s| s.unconfirmed_bytes)
@@ -652,7 +678,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     pub fn is_established(&self, p: PeerId) -> bool {
         self.peers
             .get(p.0 as usize)
-            .is_some_and(|x| x.current.is_some() && x.retiring.as_ref().is_none_or(|r| r.drained()))
+            .is_some_and(|x| x.current.is_some() && x.open())
     }
 
     /// Totals over the peer's sessions, the live ones included.
@@ -778,23 +804,13 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if peer.retained() + data.len() > cfg_limit && peer.retained() > 0 {
             return Err(SessionSendError::WouldBlock);
         }
-        let open = peer.retiring.as_ref().is_none_or(|r| r.drained()) && peer.outbox.is_empty();
+        let open = peer.open() && peer.outbox.is_empty();
         let (rekey_after, reject_after, dialer) =
             (self.cfg.rekey_after, self.cfg.reject_after, peer.dialer);
         match peer.current.as_mut() {
             Some(s) if open && s.takes_more(rekey_after, reject_after, dialer) => {
-                s.settle(now);
-                let was_outstanding = s.outstanding();
-                match s.conn.send(now, data) {
-                    Ok(()) => {
-                        if !was_outstanding {
-                            s.quiet_since = now;
-                        }
-                        s.unconfirmed_bytes += data.len();
-                        s.unconfirmed.push_back(data.to_vec());
-                        s.last_active = now;
-                        s.shrunk = false;
-                    }
+                match s.send(now, data) {
+                    Ok(()) => s.keep(data.to_vec()),
                     Err(SendError::WouldBlock) => return Err(SessionSendError::WouldBlock),
                     Err(e) => return Err(SessionSendError::Send(e)),
                 }
@@ -803,10 +819,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 if peer.current.is_none() && peer.pending.is_none() && !peer.dialer {
                     return Err(SessionSendError::NoSession);
                 }
-                if data.len() > crate::conn::Config::new(Role::Initiator).max_message {
+                // Sessions' connections take the default largest message (`build`).
+                if data.len() > MAX_MESSAGE {
                     return Err(SessionSendError::Send(SendError::TooLarge {
                         len: data.len(),
-                        max: crate::conn::Config::new(Role::Initiator).max_message,
+                        max: MAX_MESSAGE,
                     }));
                 }
                 peer.outbox.push_back(data.to_vec());
@@ -826,7 +843,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.peers.get(p.0 as usize).is_some_and(|peer| {
             let room = peer.retained() == 0 || peer.retained() + len <= self.cfg.retain_limit;
             let conn_ok = match &peer.current {
-                Some(s) => peer.retiring.as_ref().is_none_or(|r| r.drained()) && s.conn.can_send(),
+                Some(s) => peer.open() && s.conn.can_send(),
                 None => peer.dialer,
             };
             room && conn_ok
@@ -1006,8 +1023,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         match r {
             Ok(input) => input,
             Err(drop) => {
-                let i = Drop::ALL.iter().position(|&x| x == drop).unwrap_or(0);
-                self.stats.drops[i] += 1;
+                self.stats.drops[drop as usize] += 1;
                 Input::Dropped(drop)
             }
         }
@@ -1113,6 +1129,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let before = s.conn.refusals();
         s.conn.handle_datagram(now, &d[DATA_HEADER..]);
         if s.conn.refusals() != before {
+            // Nothing is learnt from it. The connection may still have moved (a datagram
+            // refused after it authenticated: a packed body whose lengths lie), so its
+            // timers are looked at again.
             self.touch(now, p);
             return Err(Drop::Refused);
         }
@@ -1215,25 +1234,17 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         let (rekey_after, reject_after) = (self.cfg.rekey_after, self.cfg.reject_after);
         let peer = &mut self.peers[p.0 as usize];
-        if peer.retiring.as_ref().is_none_or(|r| r.drained()) {
+        if peer.open() {
             if let Some(s) = &mut peer.current {
                 while let Some(m) = peer.outbox.front() {
                     if !s.takes_more(rekey_after, reject_after, peer.dialer) {
                         break;
                     }
-                    s.settle(now);
-                    let was_outstanding = s.outstanding();
-                    match s.conn.send(now, m) {
+                    match s.send(now, m) {
                         Ok(()) => {
                             let m = peer.outbox.pop_front().unwrap_or_default();
                             peer.outbox_bytes -= m.len();
-                            if !was_outstanding {
-                                s.quiet_since = now;
-                            }
-                            s.unconfirmed_bytes += m.len();
-                            s.unconfirmed.push_back(m);
-                            s.last_active = now;
-                            s.shrunk = false;
+                            s.keep(m);
                         }
                         Err(SendError::WouldBlock) => break,
                         Err(_) => {
@@ -1336,7 +1347,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if let Some(pd) = peer.pending.take() {
             self.by_index.remove(&pd.init.index());
         }
-        let peer = &mut self.peers[p.0 as usize];
         if !peer.outbox.is_empty() {
             let lost: Vec<Vec<u8>> = peer.outbox.drain(..).collect();
             peer.outbox_bytes = 0;
