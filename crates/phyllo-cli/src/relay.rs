@@ -7,6 +7,7 @@
 //! kernel has no netem qdisc.
 
 use anyhow::{Context, Result};
+use phyllo::link::memlink::Faults;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
@@ -52,37 +53,46 @@ pub struct RelayArgs {
     pub print_addr: bool,
 }
 
-/// The impairment of one datagram: when (if ever) its copies go out, and which bit flips.
+/// The impairment of datagrams: the in-memory link's faults ([`Faults::draw`]: loss,
+/// duplication, reordering, corruption), plus a fixed delay and uniform jitter on every copy.
 struct Impair {
     rng: ChaCha8Rng,
-    a: RelayArgs,
+    faults: Faults,
+    delay: Duration,
+    jitter: Duration,
 }
 
 impl Impair {
-    /// The release instants of `d`'s copies, corrupting it in place if so drawn.
+    fn new(a: &RelayArgs) -> Impair {
+        let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1e3);
+        Impair {
+            rng: ChaCha8Rng::seed_from_u64(a.seed),
+            faults: Faults {
+                loss: a.loss,
+                duplicate: a.duplicate,
+                reorder: a.reorder,
+                corrupt: a.corrupt,
+                delay: Duration::ZERO,
+                reorder_delay: ms(a.reorder_ms),
+            },
+            delay: ms(a.delay),
+            jitter: ms(a.jitter),
+        }
+    }
+
+    /// The release instants of `d`'s copies, corrupting it in place if so drawn (both copies
+    /// of a duplicated datagram carry the first copy's corruption, if any).
     fn plan(&mut self, now: Instant, d: &mut [u8]) -> Vec<Instant> {
-        let a = &self.a;
-        if self.rng.random_bool(a.loss.clamp(0.0, 1.0)) {
-            return Vec::new();
+        let fate = self.faults.draw(&mut self.rng, d.len());
+        let mut at = Vec::new();
+        for (i, a) in fate.copies.into_iter().flatten().enumerate() {
+            if i == 0 {
+                a.corrupt(d);
+            }
+            let jitter = self.jitter.mul_f64(self.rng.random::<f64>());
+            at.push(now + self.delay + jitter + a.extra.unwrap_or_default());
         }
-        let copies = if self.rng.random_bool(a.duplicate.clamp(0.0, 1.0)) {
-            2
-        } else {
-            1
-        };
-        if !d.is_empty() && self.rng.random_bool(a.corrupt.clamp(0.0, 1.0)) {
-            let bit = self.rng.random_range(0..d.len() * 8);
-            d[bit / 8] ^= 1 << (bit % 8);
-        }
-        (0..copies)
-            .map(|_| {
-                let mut ms = a.delay + a.jitter * self.rng.random::<f64>();
-                if self.rng.random_bool(a.reorder.clamp(0.0, 1.0)) {
-                    ms += a.reorder_ms * self.rng.random::<f64>();
-                }
-                now + Duration::from_secs_f64(ms.max(0.0) / 1e3)
-            })
-            .collect()
+        at
     }
 }
 
@@ -116,10 +126,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         args.duplicate,
         args.corrupt
     );
-    let mut imp = Impair {
-        rng: ChaCha8Rng::seed_from_u64(args.seed),
-        a: args.clone(),
-    };
+    let mut imp = Impair::new(&args);
     let mut clients: HashMap<SocketAddr, usize> = HashMap::new();
     let mut backs: Vec<(UdpSocket, SocketAddr)> = Vec::new();
     let mut held: BinaryHeap<Reverse<Held>> = BinaryHeap::new();

@@ -9,15 +9,14 @@
 //! `poll_delivery_with`, `poll_event`).
 
 use crate::link::memlink::Faults;
-use crate::session::endpoint::{Event, Input, PeerId, SessionEndpoint};
+use crate::session::endpoint::{Event, PeerId, SessionEndpoint};
 use crate::stack::{DynStack, LayerSet};
-use crate::time::Time;
-use rand::{Rng, SeedableRng};
+use crate::time::{earliest, Time};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 /// One endpoint at one address, with what it has produced so far.
 pub struct Node<S: LayerSet = DynStack> {
@@ -29,8 +28,6 @@ pub struct Node<S: LayerSet = DynStack> {
     pub events: Vec<(Time, Event)>,
     /// Messages delivered, with the peer and the instant.
     pub inbox: Vec<(Time, PeerId, Vec<u8>)>,
-    /// What every datagram handed to it did.
-    pub inputs: Vec<Input>,
     /// Whether it is attached (a detached node, like a crashed process, receives nothing).
     pub up: bool,
 }
@@ -92,7 +89,6 @@ impl<S: LayerSet> SessionNet<S> {
             ep,
             events: Vec::new(),
             inbox: Vec::new(),
-            inputs: Vec::new(),
             up: true,
         });
         self.nodes.len() - 1
@@ -107,47 +103,30 @@ impl<S: LayerSet> SessionNet<S> {
 
     /// Put a datagram on the wire from any address (through the faults).
     pub fn inject(&mut self, from: SocketAddr, to: SocketAddr, data: &[u8]) {
-        self.put(from, to, data.to_vec(), true);
+        self.put(from, to, data);
     }
 
-    /// Hand a datagram straight to the node at `to` now, bypassing the wire.
-    pub fn deliver_now(&mut self, from: SocketAddr, to: SocketAddr, data: &[u8]) -> Option<Input> {
-        let i = self.nodes.iter().position(|n| n.addr == to && n.up)?;
-        Some(self.hand(i, from, data))
-    }
-
-    fn put(&mut self, from: SocketAddr, to: SocketAddr, data: Vec<u8>, faulty: bool) {
-        let f = &self.faults;
-        if faulty && self.rng.random_bool(f.loss.clamp(0.0, 1.0)) {
-            return;
-        }
-        let copies = if faulty && self.rng.random_bool(f.duplicate.clamp(0.0, 1.0)) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let mut d = data.clone();
-            let mut at = self.now + f.delay;
-            if faulty && self.rng.random_bool(f.reorder.clamp(0.0, 1.0)) {
-                let max = f.reorder_delay.as_nanos() as u64;
-                at = at + Duration::from_nanos(self.rng.random_range(0..=max));
-            }
-            if faulty && !d.is_empty() && self.rng.random_bool(f.corrupt.clamp(0.0, 1.0)) {
-                let bit = self.rng.random_range(0..d.len() * 8);
-                d[bit / 8] ^= 1 << (bit % 8);
-            }
+    /// Put `data` on the wire through the faults (the in-memory link's draws).
+    fn put(&mut self, from: SocketAddr, to: SocketAddr, data: &[u8]) {
+        for a in self
+            .faults
+            .draw(&mut self.rng, data.len())
+            .copies
+            .into_iter()
+            .flatten()
+        {
+            let mut d = data.to_vec();
+            a.corrupt(&mut d);
+            let at = self.now + self.faults.delay + a.extra.unwrap_or_default();
             self.serial += 1;
             self.queue.push(Reverse((at, self.serial, from, to, d)));
         }
     }
 
-    fn hand(&mut self, i: usize, from: SocketAddr, data: &[u8]) -> Input {
+    fn hand(&mut self, i: usize, from: SocketAddr, data: &[u8]) {
         let now = self.now;
-        let input = self.nodes[i].ep.handle_datagram(now, from, data);
-        self.nodes[i].inputs.push(input);
+        self.nodes[i].ep.handle_datagram(now, from, data);
         self.collect(i);
-        input
     }
 
     /// Move node `i`'s deliveries and events into its lists.
@@ -194,7 +173,7 @@ impl<S: LayerSet> SessionNet<S> {
                         data: buf.clone(),
                     });
                 }
-                self.put(from, to, buf.clone(), true);
+                self.put(from, to, &buf);
                 worked = true;
             }
             self.buf = buf;
@@ -218,16 +197,12 @@ impl<S: LayerSet> SessionNet<S> {
             .filter(|n| n.up)
             .filter_map(|n| n.ep.poll_timeout())
             .min();
-        match (next_arrival, next_timer) {
-            (None, None) => false,
-            (a, b) => {
-                let t = a.into_iter().chain(b).min().unwrap_or(self.now);
-                if t > until {
-                    return false;
-                }
+        match earliest(next_arrival, next_timer) {
+            Some(t) if t <= until => {
                 self.now = self.now.max(t);
                 true
             }
+            _ => false,
         }
     }
 

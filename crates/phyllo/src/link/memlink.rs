@@ -45,6 +45,60 @@ impl Faults {
     }
 }
 
+/// What [`Faults`] do to one datagram: no copy (lost), one, or two (duplicated), each
+/// delayed beyond the base delay and perhaps with one bit flipped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fate {
+    /// The copies that arrive.
+    pub copies: [Option<Arrival>; 2],
+}
+
+/// One arriving copy of a datagram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arrival {
+    /// Held back (reordered) by this much beyond the base delay.
+    pub extra: Option<Duration>,
+    /// The bit flipped (corruption), counted from the first byte's lowest.
+    pub flip: Option<usize>,
+}
+
+impl Arrival {
+    /// Apply the corruption to the copy `data`.
+    pub fn corrupt(&self, data: &mut [u8]) {
+        if let Some(bit) = self.flip {
+            data[bit / 8] ^= 1 << (bit % 8);
+        }
+    }
+}
+
+impl Faults {
+    /// Draw the fate of a datagram of `len` bytes from `rng`: loss, then duplication, then
+    /// for each copy reordering and corruption, each drawn only when its probability is not
+    /// zero (so a perfect link draws nothing).
+    pub fn draw(&self, rng: &mut impl Rng, len: usize) -> Fate {
+        fn chance(rng: &mut impl Rng, p: f64) -> bool {
+            p > 0.0 && rng.random_bool(p.clamp(0.0, 1.0))
+        }
+        let mut fate = Fate::default();
+        if chance(rng, self.loss) {
+            return fate;
+        }
+        let copies = if chance(rng, self.duplicate) { 2 } else { 1 };
+        for c in &mut fate.copies[..copies] {
+            let mut a = Arrival::default();
+            if chance(rng, self.reorder) {
+                let max = self.reorder_delay.as_nanos() as u64;
+                a.extra = Some(Duration::from_nanos(rng.random_range(0..=max)));
+            }
+            if len > 0 && chance(rng, self.corrupt) {
+                a.flip = Some(rng.random_range(0..len * 8));
+            }
+            *c = Some(a);
+        }
+        fate
+    }
+}
+
 /// One end of the link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
@@ -149,11 +203,7 @@ impl MemLink {
         &self.stats
     }
 
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && self.rng.random_bool(p.clamp(0.0, 1.0))
-    }
-
-    fn enqueue(&mut self, dir: usize, at: Time, data: &[u8], flip: Option<usize>) {
+    fn enqueue(&mut self, dir: usize, at: Time, data: &[u8], arrival: Arrival) {
         if self.queues[dir].len() >= self.capacity {
             self.stats.overflow += 1;
             return;
@@ -161,9 +211,7 @@ impl MemLink {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(data);
-        if let Some(bit) = flip {
-            buf[bit / 8] ^= 1 << (bit % 8);
-        }
+        arrival.corrupt(&mut buf);
         self.serial += 1;
         self.queues[dir].push(InFlight {
             at,
@@ -175,29 +223,22 @@ impl MemLink {
     /// Send `data` from `from` at `now`.
     pub fn send(&mut self, from: Side, now: Time, data: &[u8]) {
         self.stats.sent += 1;
-        if self.chance(self.faults.loss) {
+        let fate = self.faults.draw(&mut self.rng, data.len());
+        if fate.copies[0].is_none() {
             self.stats.lost += 1;
             return;
         }
-        let dir = from.dir();
-        let copies = if self.chance(self.faults.duplicate) {
+        if fate.copies[1].is_some() {
             self.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
+        }
+        for a in fate.copies.into_iter().flatten() {
             let mut at = now + self.faults.delay;
-            if self.chance(self.faults.reorder) {
+            if let Some(extra) = a.extra {
                 self.stats.reordered += 1;
-                let max = self.faults.reorder_delay.as_nanos() as u64;
-                at = at + Duration::from_nanos(self.rng.random_range(0..=max));
+                at = at + extra;
             }
-            let flip = (!data.is_empty() && self.chance(self.faults.corrupt)).then(|| {
-                self.stats.corrupted += 1;
-                self.rng.random_range(0..data.len() * 8)
-            });
-            self.enqueue(dir, at, data, flip);
+            self.stats.corrupted += u64::from(a.flip.is_some());
+            self.enqueue(from.dir(), at, data, a);
         }
     }
 
