@@ -95,25 +95,33 @@ impl Client {
         Ok(())
     }
 
+    /// Hand `m` to the session: `false` if it is full for now.
+    fn offer(&mut self, m: &[u8]) -> Result<bool> {
+        let now = self.node.now();
+        match self.node.ep.send(now, self.peer, m) {
+            Ok(()) => Ok(true),
+            Err(SessionSendError::WouldBlock) => Ok(false),
+            Err(e) => bail!("sending: {e}"),
+        }
+    }
+
+    /// Send again, in order, what ended sessions handed back, as far as the session takes
+    /// it; whether all went.
+    fn resend(&mut self) -> Result<bool> {
+        while let Some(r) = self.resend.pop_front() {
+            if !self.offer(&r)? {
+                self.resend.push_front(r);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Send `m` (after anything to resend), pumping while the session is full.
     fn send(&mut self, m: &[u8], busy: bool) -> Result<()> {
         loop {
-            let now = self.node.now();
-            if let Some(r) = self.resend.front() {
-                match self.node.ep.send(now, self.peer, r) {
-                    Ok(()) => {
-                        self.resend.pop_front();
-                        continue;
-                    }
-                    Err(SessionSendError::WouldBlock) => {}
-                    Err(e) => bail!("sending: {e}"),
-                }
-            } else {
-                match self.node.ep.send(now, self.peer, m) {
-                    Ok(()) => return Ok(()),
-                    Err(SessionSendError::WouldBlock) => {}
-                    Err(e) => bail!("sending: {e}"),
-                }
+            if self.resend()? && self.offer(m)? {
+                return Ok(());
             }
             self.pump(if busy {
                 Duration::ZERO
@@ -133,13 +141,7 @@ impl Client {
             if Instant::now() >= until {
                 return Ok(None);
             }
-            while let Some(r) = self.resend.pop_front() {
-                let now = self.node.now();
-                if self.node.ep.send(now, self.peer, &r).is_err() {
-                    self.resend.push_front(r);
-                    break;
-                }
-            }
+            self.resend()?;
             self.pump(if busy {
                 Duration::from_millis(1)
             } else {
@@ -313,7 +315,6 @@ fn stream(
         bar.set_position(bytes);
     }
     c.send(&[END], busy)?;
-    let sent_in = t.elapsed();
     let Some(reply) = c.reply(HASH, Duration::from_secs(60), busy)? else {
         bail!("the server did not confirm the stream within 60 s");
     };
@@ -324,7 +325,6 @@ fn stream(
     if ours != theirs {
         bail!("the server's sha256 {theirs} differs from ours {ours}");
     }
-    let _ = sent_in;
     Ok(format!(
         "bytes={bytes} seconds={:.3} mbytes_per_s={:.1} sha256={ours} verified=yes",
         elapsed.as_secs_f64(),

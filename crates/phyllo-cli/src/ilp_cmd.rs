@@ -60,58 +60,72 @@ pub struct IlpArgs {
     pub receive: bool,
 }
 
-/// Makes a packet's cipher and hands it to the work.
-pub type WithCipher<'a> = dyn FnMut(&mut dyn FnMut(&mut dyn Op)) + 'a;
+/// The toy cipher's key in the measurements (the cipher is insecure anyway).
+pub const TOY_KEY: ToyKey = ToyKey([3, 141, 59, 26, 53, 58, 97, 93]);
+/// ChaCha20's key and nonce in the measurements.
+pub const CHACHA_KEY: ([u8; 32], [u8; 12]) = ([7; 32], [1; 12]);
 
-/// One packet's work, as one function: what `--toggle-collect=phyllo_ilp_op` counts.
+/// The payload of the measurements' packets.
+pub fn payload(size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i * 31 + 7) as u8).collect()
+}
+
+/// One packet's work, as one function: what `--toggle-collect=phyllo_ilp_op` counts. The
+/// cipher is keyed for the packet (a real one would take a fresh nonce), so its set-up counts.
 #[inline(never)]
 #[no_mangle]
 pub fn phyllo_ilp_op(
     exec: Execution,
-    key: &mut WithCipher<'_>,
+    cipher: CipherArg,
     receive_side: bool,
     r: &Reply<'_>,
     packet: &[u8],
     out: &mut Vec<u8>,
 ) {
-    key(&mut |op: &mut dyn Op| op.run(exec, receive_side, r, packet, out));
-}
-
-/// A cipher made for one packet, type-erased for [`phyllo_ilp_op`].
-pub trait Op {
-    /// Send `r` into `out`, or receive `packet` into `out`.
-    fn run(&mut self, exec: Execution, rx: bool, r: &Reply<'_>, packet: &[u8], out: &mut Vec<u8>);
-}
-
-impl<C: UnitCipher> Op for C {
-    fn run(&mut self, exec: Execution, rx: bool, r: &Reply<'_>, packet: &[u8], out: &mut Vec<u8>) {
-        if rx {
-            let _ = receive(exec, self, packet, out);
+    fn run(
+        exec: Execution,
+        key: &mut impl UnitCipher,
+        receive_side: bool,
+        r: &Reply<'_>,
+        packet: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        if receive_side {
+            let _ = receive(exec, key, packet, out);
         } else {
-            send(exec, self, r, out);
+            send(exec, key, r, out);
         }
+    }
+    match cipher {
+        CipherArg::Toy => run(exec, &mut TOY_KEY.clone(), receive_side, r, packet, out),
+        CipherArg::Chacha20 => {
+            let mut c = ChaCha::new(&CHACHA_KEY.0, &CHACHA_KEY.1);
+            run(exec, &mut c, receive_side, r, packet, out)
+        }
+        CipherArg::Plain => run(exec, &mut Plain, receive_side, r, packet, out),
     }
 }
 
 /// Run `phyllo ilp`.
 pub fn ilp(args: IlpArgs) -> Result<()> {
-    let data: Vec<u8> = (0..args.size).map(|i| (i * 31 + 7) as u8).collect();
+    let data = payload(args.size);
     let r = Reply {
         xid: 1,
         seq: 2,
         data: &data,
     };
-    let exec = args.exec.execution();
-    let mut make = |f: &mut dyn FnMut(&mut dyn Op)| match args.cipher {
-        CipherArg::Toy => f(&mut ToyKey([3, 141, 59, 26, 53, 58, 97, 93])),
-        CipherArg::Chacha20 => f(&mut ChaCha::new(&[7; 32], &[1; 12])),
-        CipherArg::Plain => f(&mut Plain),
-    };
     let mut packet = Vec::new();
-    make(&mut |op: &mut dyn Op| op.run(Execution::Layered, false, &r, &[], &mut packet));
+    phyllo_ilp_op(Execution::Layered, args.cipher, false, &r, &[], &mut packet);
     let mut out = Vec::with_capacity(packet.len());
     for _ in 0..args.rounds {
-        phyllo_ilp_op(exec, &mut make, args.receive, &r, &packet, &mut out);
+        phyllo_ilp_op(
+            args.exec.execution(),
+            args.cipher,
+            args.receive,
+            &r,
+            &packet,
+            &mut out,
+        );
     }
     if args.receive && out != data {
         bail!("received bytes differ");

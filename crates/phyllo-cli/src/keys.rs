@@ -35,11 +35,17 @@ pub fn keygen(args: KeygenArgs) -> Result<()> {
         }
     }
     let key = StaticKey::generate().context("generating a key pair")?;
-    write_private(&args.out, &key.private_hex())?;
-    std::fs::write(&public_file, format!("{}\n", key.public()))
-        .with_context(|| format!("writing {}", public_file.display()))?;
+    write_pair(&args.out, &key)?;
     println!("{}", key.public());
     Ok(())
+}
+
+/// Write `key` as `path` (private, owner only) and `path.pub`.
+pub fn write_pair(path: &Path, key: &StaticKey) -> Result<()> {
+    write_private(path, &key.private_hex())?;
+    let public_file = public_path(path);
+    std::fs::write(&public_file, format!("{}\n", key.public()))
+        .with_context(|| format!("writing {}", public_file.display()))
 }
 
 fn write_private(path: &Path, hex: &str) -> Result<()> {

@@ -101,6 +101,22 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `connect` succeeded and verified the server's hash, the server stopped after the stream,
+/// and the file it wrote into `out` hashes to `want`.
+fn check_transfer(o: &Output, server: &mut Kill, out: &Path, want: &[u8]) {
+    assert!(o.status.success(), "{}", stderr(o));
+    assert!(stdout(o).contains("verified=yes"), "{}", stdout(o));
+    assert!(
+        wait_exit(server, Duration::from_secs(20)),
+        "serve did not stop"
+    );
+    assert_eq!(
+        sha256_of(&out.join("stream-0-0")),
+        want,
+        "the file written differs"
+    );
+}
+
 #[test]
 fn serve_and_connect_move_256_mib_intact_over_loopback() {
     let dir = tmpdir("loopback");
@@ -130,18 +146,8 @@ fn serve_and_connect_move_256_mib_intact_over_loopback() {
         .arg(&file)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("verified=yes"), "{}", stdout(&o));
     assert!(stdout(&o).contains(&format!("bytes={}", 256 << 20)));
-    assert!(
-        wait_exit(&mut server, Duration::from_secs(20)),
-        "serve did not stop"
-    );
-    assert_eq!(
-        sha256_of(&out.join("stream-0-0")),
-        want,
-        "the file written differs"
-    );
+    check_transfer(&o, &mut server, &out, &want);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -276,13 +282,7 @@ fn serve_and_connect_across_namespaces_through_an_impaired_relay() {
         .arg(&file)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("verified=yes"), "{}", stdout(&o));
-    assert!(
-        wait_exit(&mut server, Duration::from_secs(20)),
-        "serve did not stop"
-    );
-    assert_eq!(sha256_of(&out.join("stream-0-0")), want);
+    check_transfer(&o, &mut server, &out, &want);
     eprintln!("across namespaces: {}", stdout(&o).trim());
     let _ = std::fs::remove_dir_all(&dir);
 }

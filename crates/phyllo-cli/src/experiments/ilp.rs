@@ -6,9 +6,9 @@
 //! execution. Rounds interleave every variant and memcpy of the same size; each figure is the
 //! median over rounds, so the ratios compare measurements taken side by side.
 
+use crate::ilp_cmd::CHACHA_KEY;
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use anyhow::Result;
-use phyllo::ilp::safer::ToyKey;
 use phyllo::ilp::xdr::Reply;
 use phyllo::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
 use phyllo_analyze::cache::HierarchyConfig;
@@ -47,7 +47,7 @@ fn measure<C: UnitCipher>(
     bytes_per_variant: usize,
     chacha_alone: bool,
 ) -> ([(f64, f64); 3], f64) {
-    let data: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
+    let data = crate::ilp_cmd::payload(size);
     let r = Reply {
         xid: 1,
         seq: 2,
@@ -73,7 +73,7 @@ fn measure<C: UnitCipher>(
         }
         copies.push(if chacha_alone {
             per_call(iters, || {
-                ChaCha::new(&[7; 32], &[1; 12]).apply_at(0, black_box(&mut dst));
+                ChaCha::new(&CHACHA_KEY.0, &CHACHA_KEY.1).apply_at(0, black_box(&mut dst));
             })
         } else {
             per_call(iters, || {
@@ -138,7 +138,7 @@ impl Experiment for Ilp {
         } else {
             (21, 8 << 20)
         };
-        let toy = ToyKey([3, 141, 59, 26, 53, 58, 97, 93]);
+        let toy = crate::ilp_cmd::TOY_KEY;
         let mut figures = Vec::new();
         let mut tables = Vec::new();
         let mut plot = Plot {
@@ -192,7 +192,7 @@ impl Experiment for Ilp {
                 let (t, copy) = match cname {
                     "plain" => measure(|| Plain, size, rounds, budget, false),
                     "chacha20" => measure(
-                        || ChaCha::new(&[7; 32], &[1; 12]),
+                        || ChaCha::new(&CHACHA_KEY.0, &CHACHA_KEY.1),
                         size,
                         rounds,
                         budget,

@@ -160,23 +160,17 @@ fn handshake_rtts() -> Result<f64> {
     Ok(t.as_nanos() as f64 / (2 * one_way.as_nanos()) as f64)
 }
 
-struct Child_(Child);
+/// A child process, killed when dropped.
+struct KillOnDrop(Child);
 
-impl Drop for Child_ {
+impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-fn write_key(dir: &Path, name: &str, k: &StaticKey) -> Result<std::path::PathBuf> {
-    let p = dir.join(name);
-    std::fs::write(&p, format!("{}\n", k.private_hex()))?;
-    std::fs::write(dir.join(format!("{name}.pub")), format!("{}\n", k.public()))?;
-    Ok(p)
-}
-
-fn spawn_serve(args: &[&str]) -> Result<(Child_, String)> {
+fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
     let exe = std::env::current_exe().context("finding the phyllo executable")?;
     let mut child = Command::new(exe)
         .arg("serve")
@@ -192,7 +186,7 @@ fn spawn_serve(args: &[&str]) -> Result<(Child_, String)> {
     if line.trim().is_empty() {
         bail!("phyllo serve did not start");
     }
-    Ok((Child_(child), line.trim().to_string()))
+    Ok((KillOnDrop(child), line.trim().to_string()))
 }
 
 fn rss_bytes(pid: u32) -> Result<u64> {
@@ -226,9 +220,10 @@ fn processes(
     }
     let sk = StaticKey::generate()?;
     let ck = StaticKey::generate()?;
-    let skf = write_key(dir, "server", &sk)?;
-    write_key(dir, "client", &ck)?;
-    let cpub = dir.join("client.pub");
+    let skf = dir.join("server");
+    crate::keys::write_pair(&skf, &sk)?;
+    crate::keys::write_pair(&dir.join("client"), &ck)?;
+    let cpub = crate::keys::public_path(&dir.join("client"));
     // RTT: session pings and raw UDP pings against the same server loop.
     {
         let (_server, addrs) = spawn_serve(&[
