@@ -2,15 +2,18 @@
 //!
 //! The protocol crate (`phyllo`) makes no system calls and has no `unsafe`; everything that
 //! does lives here, in small safe functions with `// SAFETY:` comments where a measured need
-//! required `unsafe` (`sendmmsg`/`recvmmsg` batching, source addresses).
+//! required `unsafe` (`sendmmsg`/`recvmmsg` batching, source addresses, segmentation offload).
 //!
 //! - [`udp`]: [`UdpLink`](udp::UdpLink), a UDP socket batched with `sendmmsg`/`recvmmsg`,
 //!   non-blocking, busy-poll or blocking.
+//! - [`offload`]: segmentation offload (`UDP_SEGMENT` sends of a [`TxQueue`](offload::TxQueue),
+//!   `UDP_GRO` receives).
 //! - [`driver`]: [`UdpDriver`](driver::UdpDriver), one connection over a `UdpLink`.
 //! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
 
 #![warn(missing_docs)]
 
 pub mod driver;
+pub mod offload;
 pub mod rawudp;
 pub mod udp;
