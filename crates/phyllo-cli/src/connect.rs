@@ -218,8 +218,10 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     eprintln!("{}", sessiond::drops_line(&c.node.ep));
     if args.quiet {
         println!(
-            "{result} handshake_us={:.1}",
-            s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e6
+            "{result} handshake_us={:.1} datagrams_out={} bytes_out={}",
+            s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e6,
+            s.datagrams_out,
+            s.bytes_out,
         );
     } else {
         eprintln!("{result}");

@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use phyllo::session::endpoint::{Input, PeerId, PeerStats, SessionConfig, SessionEndpoint};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::{Connection, Time};
+use phyllo_udp::offload::TxQueue;
 use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -34,6 +35,9 @@ pub const HASH: u8 = b'h';
 
 /// The default stack of sessions.
 pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";
+
+/// Bytes of datagrams a flush queues before it sends them: about sixteen segmented messages.
+const TX_QUEUE_BYTES: usize = 1 << 20;
 
 /// Read a public key from a `.pub` file, or take it as 64 hexadecimal digits.
 pub fn read_public(arg: &str) -> Result<PublicKey> {
@@ -68,8 +72,7 @@ pub struct Node {
     link: UdpLink,
     batch: RecvBatch,
     epoch: Instant,
-    out: Vec<Vec<u8>>,
-    dest: Vec<SocketAddr>,
+    tx: TxQueue,
     /// Busy-poll instead of sleeping in the kernel.
     pub busy: bool,
     /// Peers that received data since the caller last took this list.
@@ -88,7 +91,9 @@ impl Node {
     ) -> Result<Node> {
         // The spec is checked once here, so a bad one is an error now, not a failed session.
         phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
-        let link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        let mut link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        // Coalesced receives where the kernel has them: the batch's 64 KiB buffers take any.
+        let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
         let mut seed = [0u8; 32];
@@ -117,8 +122,7 @@ impl Node {
             link,
             batch: RecvBatch::new(MAX_BATCH, 65_536),
             epoch: Instant::now(),
-            out: Vec::new(),
-            dest: Vec::new(),
+            tx: TxQueue::new(),
             busy: false,
             readable: Vec::new(),
         })
@@ -134,44 +138,21 @@ impl Node {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Send everything the endpoint has to send, batched by destination.
+    /// Send everything the endpoint has to send: datagrams are written back to back into one
+    /// queue, whose runs go to the kernel as segmented messages where it can
+    /// ([`phyllo_udp::offload`]).
     pub fn flush(&mut self) -> Result<()> {
         loop {
-            let mut n = 0;
-            while n < MAX_BATCH {
-                if self.out.len() <= n {
-                    self.out.push(Vec::with_capacity(2048));
-                }
-                match self.ep.poll_transmit(&mut self.out[n]) {
-                    Some(to) => {
-                        if self.dest.len() <= n {
-                            self.dest.push(to);
-                        } else {
-                            self.dest[n] = to;
-                        }
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
-            if n == 0 {
+            while self.tx.bytes() < TX_QUEUE_BYTES
+                && self.tx.push_with(|b| self.ep.poll_transmit_append(b))
+            {}
+            if self.tx.is_empty() {
                 return Ok(());
             }
-            let mut i = 0;
-            while i < n {
-                let to = self.dest[i];
-                let j = (i..n).find(|&j| self.dest[j] != to).unwrap_or(n);
-                let views: Vec<&[u8]> = self.out[i..j].iter().map(|v| v.as_slice()).collect();
-                let mut sent = 0;
-                while sent < views.len() {
-                    match self.link.send_batch_to(&views[sent..], to) {
-                        Ok(k) => sent += k.max(1),
-                        // A datagram the network refuses (no route, unreachable peer) is a
-                        // loss the protocol recovers from.
-                        Err(_) => sent += 1,
-                    }
-                }
-                i = j;
+            while !self.tx.is_empty() {
+                // A datagram the network refuses (no route, unreachable peer) is a loss the
+                // protocol recovers from; the link counts it and the rest still go.
+                let _ = self.link.send_queue(&mut self.tx);
             }
         }
     }
@@ -204,10 +185,10 @@ impl Node {
         let mut total = 0;
         let mut rounds = 0;
         while got > 0 {
-            total += got;
             let now = self.now();
-            for i in 0..got {
-                let (Some(d), Some(from)) = (self.batch.get(i), self.batch.source(i)) else {
+            for (d, from) in self.batch.datagrams() {
+                total += 1;
+                let Some(from) = from else {
                     continue;
                 };
                 if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {

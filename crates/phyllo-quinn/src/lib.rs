@@ -1,12 +1,15 @@
 //! What users pick instead of phyllo: quinn (QUIC over UDP, TLS 1.3) measured on loopback in
 //! the same run as phyllo, for seed 004's basic figures — round-trip latency of small messages
-//! and small-message streaming throughput (issue 3's `accel.rtt_ratio_vs_quinn`).
+//! and small-message streaming throughput (issue 3's `accel.rtt_ratio_vs_quinn`) — and for
+//! bulk transfer, a file sent on one stream and checked by SHA-256 at both ends, as
+//! `phyllo connect --file` does.
 //!
 //! Each end runs on its own thread with its own single-threaded tokio runtime, as phyllo's
 //! measurements run each end on its own thread. Messages travel on one bidirectional QUIC
 //! stream (reliable, ordered: the same service as phyllo's window layer); the certificate is
 //! self-signed for `localhost` and trusted by the client. Everything is bounded by a deadline.
 
+use sha2::{Digest, Sha256};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -57,10 +60,21 @@ fn runtime() -> Result<tokio::runtime::Runtime, QuinnError> {
         .map_err(setup)
 }
 
-/// Start the echo server on its own thread; returns its address.
+/// What the server does with what it reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Write it back.
+    Echo,
+    /// Read it all, then answer `done`.
+    Sink,
+    /// Hash it all (SHA-256), then answer with the digest.
+    Hash,
+}
+
+/// Start the server on its own thread; returns its address.
 fn server(
     cfg: quinn::ServerConfig,
-    echo: bool,
+    mode: Mode,
     deadline: Duration,
 ) -> Result<SocketAddr, QuinnError> {
     let (tx, rx) = mpsc::channel();
@@ -86,13 +100,18 @@ fn server(
                 let conn = ep.accept().await?.await.ok()?;
                 let (mut send, mut recv) = conn.accept_bi().await.ok()?;
                 let mut buf = vec![0u8; 64 * 1024];
+                let mut hash = Sha256::new();
                 while let Ok(Some(n)) = recv.read(&mut buf).await {
-                    if echo {
-                        send.write_all(&buf[..n]).await.ok()?;
+                    match mode {
+                        Mode::Echo => send.write_all(&buf[..n]).await.ok()?,
+                        Mode::Hash => hash.update(&buf[..n]),
+                        Mode::Sink => {}
                     }
                 }
-                if !echo {
-                    send.write_all(b"done").await.ok()?;
+                match mode {
+                    Mode::Echo => {}
+                    Mode::Sink => send.write_all(b"done").await.ok()?,
+                    Mode::Hash => send.write_all(&hash.finalize()).await.ok()?,
                 }
                 let _ = send.finish();
                 conn.closed().await;
@@ -120,16 +139,16 @@ async fn connect(
     Ok((ep, conn))
 }
 
-/// Run `exchange` as the client of a fresh server (echoing or not) on one bidirectional
-/// stream, then close the connection; all of it within the deadline.
-fn with_stream<T, F, Fut>(echo: bool, exchange_fn: F) -> Result<T, QuinnError>
+/// Run `exchange` as the client of a fresh server (in `mode`) on one bidirectional stream,
+/// then close the connection; all of it within the deadline.
+fn with_stream<T, F, Fut>(mode: Mode, exchange_fn: F) -> Result<T, QuinnError>
 where
     F: FnOnce(quinn::SendStream, quinn::RecvStream) -> Fut,
     Fut: std::future::Future<Output = Result<T, QuinnError>>,
 {
     let deadline = Duration::from_secs(120);
     let c = configs()?;
-    let addr = server(c.server, echo, deadline)?;
+    let addr = server(c.server, mode, deadline)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let run = async {
@@ -149,7 +168,7 @@ where
 /// Round trips of `size`-byte messages echoed on one bidirectional stream: nanoseconds of each
 /// of `rounds` round trips after a 10 % warm-up.
 pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
-    with_stream(true, |mut send, mut recv| async move {
+    with_stream(Mode::Echo, |mut send, mut recv| async move {
         let msg = vec![7u8; size];
         let mut back = vec![0u8; size];
         let warm = (rounds / 10).min(1000);
@@ -170,7 +189,7 @@ pub fn quinn_rtt(size: usize, rounds: usize) -> Result<Vec<u64>, QuinnError> {
 /// Messages per second of a one-way stream of `count` `size`-byte writes on one stream,
 /// from the first write until the receiver has read them all.
 pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
-    with_stream(false, |mut send, mut recv| async move {
+    with_stream(Mode::Sink, |mut send, mut recv| async move {
         let msg = vec![7u8; size];
         let t0 = Instant::now();
         for _ in 0..count {
@@ -181,6 +200,28 @@ pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
         let mut done = [0u8; 4];
         recv.read_exact(&mut done).await.map_err(exchange)?;
         Ok(count as f64 / t0.elapsed().as_secs_f64().max(1e-9))
+    })
+}
+
+/// A file transfer: `data` written in `size`-byte pieces on one stream, hashed (SHA-256) by
+/// the client as it writes and by the server as it reads; the transfer counts once the server's
+/// digest has come back and matches. Returns bytes per second.
+pub fn quinn_bulk(data: &[u8], size: usize) -> Result<f64, QuinnError> {
+    let size = size.max(1);
+    with_stream(Mode::Hash, |mut send, mut recv| async move {
+        let t0 = Instant::now();
+        let mut hash = Sha256::new();
+        for piece in data.chunks(size) {
+            hash.update(piece);
+            send.write_all(piece).await.map_err(exchange)?;
+        }
+        send.finish().map_err(exchange)?;
+        let mut theirs = [0u8; 32];
+        recv.read_exact(&mut theirs).await.map_err(exchange)?;
+        if theirs[..] != hash.finalize()[..] {
+            return Err(exchange("the server's SHA-256 differs from the client's"));
+        }
+        Ok(data.len() as f64 / t0.elapsed().as_secs_f64().max(1e-9))
     })
 }
 
@@ -195,5 +236,7 @@ mod tests {
         assert!(s.iter().all(|&x| x > 0));
         let rate = quinn_stream(8, 10_000).expect("quinn stream");
         assert!(rate > 0.0);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        assert!(quinn_bulk(&data, 8192).expect("quinn bulk") > 0.0);
     }
 }

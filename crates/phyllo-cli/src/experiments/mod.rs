@@ -3,6 +3,7 @@
 mod accel;
 mod aead;
 mod analyze;
+mod bulk;
 mod ilp;
 mod rawudp;
 mod rtt;
@@ -24,6 +25,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(soak::Soak),
         Box::new(session::Session),
         Box::new(ilp::Ilp),
+        Box::new(bulk::Bulk),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]

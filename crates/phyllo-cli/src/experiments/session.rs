@@ -161,7 +161,7 @@ fn handshake_rtts() -> Result<f64> {
 }
 
 /// A child process, killed when dropped.
-struct KillOnDrop(Child);
+pub(super) struct KillOnDrop(pub(super) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -170,7 +170,8 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
+/// `phyllo serve ARGS` as a child (which must `--print-addr`), and the first line it prints.
+pub(super) fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
     let exe = std::env::current_exe().context("finding the phyllo executable")?;
     let mut child = Command::new(exe)
         .arg("serve")

@@ -899,10 +899,18 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
     }
 
-    /// The next datagram to send, written into `out`; returns where it goes.
+    /// The next datagram to send, written into `out` (replacing what it held); returns where
+    /// it goes.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<SocketAddr> {
+        out.clear();
+        self.poll_transmit_append(out)
+    }
+
+    /// The next datagram to send, appended to `out` (nothing appended when there is none);
+    /// returns where it goes. Lets a driver write datagrams back to back into one buffer for
+    /// a segmented send, without copying them again.
+    pub fn poll_transmit_append(&mut self, out: &mut Vec<u8>) -> Option<SocketAddr> {
         if let Some((to, msg)) = self.control.pop_front() {
-            out.clear();
             out.extend_from_slice(&msg);
             return Some(to);
         }
@@ -911,13 +919,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
             let addr = peer.addr;
             for s in peer.sessions_mut() {
                 if let Some(m) = s.conn.poll_transmit() {
-                    out.clear();
+                    let start = out.len();
                     out.push(DATA);
                     out.extend_from_slice(&s.remote.to_le_bytes());
                     out.extend_from_slice(m.data());
                     s.conn.recycle(m);
-                    if let Some(a) = addr {
-                        return Some(a);
+                    match addr {
+                        Some(a) => return Some(a),
+                        None => out.truncate(start),
                     }
                 }
             }
