@@ -7,6 +7,7 @@ pub mod cmd;
 pub mod connect;
 pub mod experiments;
 pub mod ilp_cmd;
+pub mod ilp_ftp;
 pub mod keys;
 pub mod measure;
 pub mod relay;

@@ -1,6 +1,8 @@
 //! `phyllo`: run stacks, experiments and the report.
 
-use phyllo_cli::{aead, analyze_cmd, cmd, connect, ilp_cmd, keys, relay, report, serve, workload};
+use phyllo_cli::{
+    aead, analyze_cmd, cmd, connect, ilp_cmd, ilp_ftp, keys, relay, report, serve, workload,
+};
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +44,9 @@ enum Cmd {
     /// Send or receive packets through one execution of the integrated data path (run under
     /// callgrind by the report's `ilp` experiment to count memory accesses).
     Ilp(ilp_cmd::IlpArgs),
+    /// Seed 001's RPC file transfer: a file's replies marshalled, encrypted and checksummed
+    /// by one execution of the integrated data path, between two threads over UDP loopback.
+    IlpFtp(ilp_ftp::IlpFtpArgs),
 }
 
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
@@ -69,5 +74,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Connect(args) => connect::connect(args),
         Cmd::Relay(args) => relay::relay(args),
         Cmd::Ilp(args) => ilp_cmd::ilp(args),
+        Cmd::IlpFtp(args) => ilp_ftp::run(args),
     }
 }
