@@ -17,9 +17,11 @@ pub const HEADROOM: usize = 128;
 /// it.
 pub const FRESH_TAILROOM: usize = 2048;
 
-/// A message: `buf[start..end]` is its content. `buf` is initialised to its full length
-/// (kept at its capacity), so appending is a bounds check and a copy: no length
-/// bookkeeping of a `Vec`, no zeroing.
+/// A message: `buf[start..end]` is its content. `buf.len()` is how far the buffer has ever
+/// been written (the headroom, and every byte appended since it was allocated); the capacity
+/// beyond it is untouched until the message grows into it. So a recycled buffer appends with a
+/// bounds check and a copy, and a fresh or growing one appends without zeroing first what is
+/// about to be overwritten.
 #[derive(Clone, Default)]
 pub struct Msg {
     buf: Vec<u8>,
@@ -140,20 +142,47 @@ impl Msg {
     /// Append bytes at the end (uses the tailroom; grows the buffer when it is too small).
     #[inline]
     pub fn extend_from_slice(&mut self, data: &[u8]) {
-        copy_bytes(self.reserve_back(data.len()), data);
+        let end = self.end + data.len();
+        if end <= self.buf.len() {
+            copy_bytes(&mut self.buf[self.end..end], data);
+            self.end = end;
+        } else {
+            self.append_beyond(data);
+        }
+    }
+
+    /// Append `data` where it runs past what the buffer has written so far: the written part
+    /// is overwritten, the rest appended to the `Vec` (which grows by its own policy) without
+    /// being zeroed first.
+    #[cold]
+    fn append_beyond(&mut self, data: &[u8]) {
+        let (over, rest) = data.split_at(self.buf.len() - self.end);
+        self.buf[self.end..].copy_from_slice(over);
+        self.buf.extend_from_slice(rest);
+        self.end = self.buf.len();
     }
 
     /// Append `n` zeroed bytes and return them.
     pub fn push_back(&mut self, n: usize) -> &mut [u8] {
-        let s = self.reserve_back(n);
+        let from = self.end;
+        self.end += n;
+        if self.end > self.buf.len() {
+            self.buf.resize(self.end, 0);
+        }
+        let s = &mut self.buf[from..self.end];
         s.fill(0);
         s
     }
 
     /// At least `n` writable bytes after the content (the buffer grows if needed), for a
     /// receive to write into; [`commit_tail`](Self::commit_tail) then adds what it wrote.
+    /// All of the buffer's capacity is offered, zeroed the first time it is (a receive needs
+    /// initialised memory to write into).
     pub fn tail_room(&mut self, n: usize) -> &mut [u8] {
-        self.ensure_back(self.end + n);
+        let want = (self.end + n).max(self.buf.capacity());
+        if want > self.buf.len() {
+            self.buf.resize(want, 0);
+        }
         &mut self.buf[self.end..]
     }
 
@@ -161,31 +190,6 @@ impl Msg {
     /// than the buffer holds).
     pub fn commit_tail(&mut self, n: usize) {
         self.end = (self.end + n).min(self.buf.len());
-    }
-
-    /// Move the end forward by `n` bytes (growing the buffer if the tailroom is too small)
-    /// and return them, unwritten.
-    #[inline(always)]
-    fn reserve_back(&mut self, n: usize) -> &mut [u8] {
-        let end = self.end + n;
-        self.ensure_back(end);
-        let from = std::mem::replace(&mut self.end, end);
-        &mut self.buf[from..end]
-    }
-
-    /// Make the buffer hold at least `end` bytes.
-    #[inline(always)]
-    fn ensure_back(&mut self, end: usize) {
-        if end > self.buf.len() {
-            self.grow_back(end);
-        }
-    }
-
-    #[cold]
-    fn grow_back(&mut self, end: usize) {
-        // `Vec`'s own growth policy picks the capacity; all of it is initialised and used.
-        self.buf.reserve(end - self.buf.len());
-        self.buf.resize(self.buf.capacity(), 0);
     }
 
     /// Remove `n` bytes from the end; `false` (and nothing removed) if the message is shorter.
@@ -318,13 +322,14 @@ impl Pool {
     #[inline(never)]
     fn alloc_fresh(&mut self) -> Msg {
         self.fresh += 1;
-        let mut m = Msg {
-            buf: vec![0; HEADROOM + FRESH_TAILROOM],
-            start: 0,
-            end: 0,
-        };
-        m.clear(HEADROOM);
-        m
+        // Room for a whole datagram is reserved, but only the headroom is written now.
+        let mut buf = Vec::with_capacity(HEADROOM + FRESH_TAILROOM);
+        buf.resize(HEADROOM, 0);
+        Msg {
+            buf,
+            start: HEADROOM,
+            end: HEADROOM,
+        }
     }
 
     /// A message holding a copy of `data` behind [`HEADROOM`].
@@ -410,12 +415,33 @@ mod tests {
     fn a_receive_writes_into_the_tail_room() {
         let mut m = Msg::from_slice(8, b"ab");
         let room = m.tail_room(4000);
-        assert!(room.len() >= 4000);
+        let offered = room.len();
+        assert!(offered >= 4000);
         room[..3].copy_from_slice(b"cde");
         m.commit_tail(3);
         assert_eq!(m.data(), b"abcde");
         m.commit_tail(usize::MAX / 2);
-        assert_eq!(m.len(), m.capacity() - 8, "never past the buffer");
+        assert_eq!(m.len(), 2 + offered, "never past the room offered");
+    }
+
+    #[test]
+    fn a_fresh_buffer_fills_past_what_it_has_written() {
+        let mut pool = Pool::new(2);
+        let mut m = pool.alloc();
+        m.extend_from_slice(&[7; 1000]);
+        m.extend_from_slice(&[8; 5000]);
+        assert_eq!(m.len(), 6000);
+        assert!(m.data()[..1000].iter().all(|&b| b == 7));
+        assert!(m.data()[1000..].iter().all(|&b| b == 8));
+        m.truncate(500);
+        m.extend_from_slice(&[9; 6000]);
+        assert_eq!(m.len(), 6500);
+        assert!(m.data()[500..].iter().all(|&b| b == 9));
+        assert_eq!(m.push_back(4), &[0; 4]);
+        pool.free(m);
+        let mut again = pool.alloc();
+        again.extend_from_slice(&[1; 3]);
+        assert_eq!(again.data(), &[1; 3]);
     }
 
     #[test]
