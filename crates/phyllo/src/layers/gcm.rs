@@ -17,6 +17,10 @@
 //! lines, is written here, and the tests hold it byte for byte to `ring`'s AES-256-GCM and to
 //! the GCM specification's test vectors.
 //!
+//! Public so that the report's `aead` experiment can set it beside the whole-message AEADs
+//! (`seal` is its user). The nonce is `seal`'s: four zero bytes, then the 64-bit counter
+//! little-endian.
+//!
 //! Nonce reuse: a precomputed keystream belongs to one counter value and is used only for a
 //! message under that value; `seal` never sends two messages under one counter.
 
@@ -42,7 +46,7 @@ const MAX_LEN: u64 = ((1u64 << 32) - 2) * 16;
 type Block = GenericArray<u8, aes::cipher::consts::U16>;
 
 /// An AES-256-GCM key, expanded (round keys and the GHASH key).
-pub(crate) struct Gcm {
+pub struct Gcm {
     aes: Aes256,
     /// GHASH as POLYVAL (RFC 8452, Appendix A): the key is mulX(reverse(H)), and blocks go
     /// in and the result comes out byte-reversed. Used this way rather than through the
@@ -120,7 +124,7 @@ impl Ghash {
 /// What the nonce of `counter` contributes, computed before the message exists: the tag mask
 /// AES(K, J0) and the first [`AHEAD_BLOCKS`] keystream blocks.
 #[derive(Clone)]
-pub(crate) struct Ahead {
+pub struct Ahead {
     counter: u64,
     mask: [u8; 16],
     stream: [u8; 16 * AHEAD_BLOCKS],
@@ -128,7 +132,7 @@ pub(crate) struct Ahead {
 
 /// The message is longer than GCM allows under one nonce.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TooLong;
+pub struct TooLong;
 
 /// The 96-bit nonce of `counter` (as `seal` forms it: four zero bytes, then the counter
 /// little-endian) followed by the 32-bit big-endian block counter `block`.
@@ -142,14 +146,14 @@ fn counter_block(counter: u64, block: u32) -> Block {
 
 impl Ahead {
     /// The counter whose work this is.
-    pub(crate) fn counter(&self) -> u64 {
+    pub fn counter(&self) -> u64 {
         self.counter
     }
 }
 
 impl Gcm {
     /// Expand `key`.
-    pub(crate) fn new(key: &[u8; 32]) -> Gcm {
+    pub fn new(key: &[u8; 32]) -> Gcm {
         let aes = Aes256::new(key.into());
         let mut h = Block::default();
         aes.encrypt_block(&mut h);
@@ -162,7 +166,7 @@ impl Gcm {
     }
 
     /// The work of the nonce of `counter`, done ahead.
-    pub(crate) fn ahead(&self, counter: u64) -> Ahead {
+    pub fn ahead(&self, counter: u64) -> Ahead {
         let mut blocks = [Block::default(); 1 + AHEAD_BLOCKS];
         for (i, b) in blocks.iter_mut().enumerate() {
             *b = counter_block(counter, 1 + i as u32);
@@ -266,7 +270,8 @@ impl Gcm {
     }
 
     /// Encrypt `data` in place under the nonce of `counter` with associated data `ad`; the tag.
-    pub(crate) fn seal(
+    /// `ahead` is the work done ahead for some counter (used only if it is this one's).
+    pub fn seal(
         &self,
         ahead: Option<&Ahead>,
         counter: u64,
@@ -282,7 +287,7 @@ impl Gcm {
 
     /// Check `tag` over `ad` and the ciphertext `data` under the nonce of `counter` and, if
     /// it holds, decrypt `data` in place. `data` is untouched when the tag is wrong.
-    pub(crate) fn open(
+    pub fn open(
         &self,
         ahead: Option<&Ahead>,
         counter: u64,

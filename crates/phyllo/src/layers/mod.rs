@@ -2,7 +2,7 @@
 
 mod checksum;
 mod frag;
-mod gcm;
+pub mod gcm;
 mod seal;
 mod window;
 
