@@ -373,7 +373,7 @@ impl Request {
     }
 
     fn unmarshal(m: &[u8]) -> Result<Request> {
-        let mut r = XdrReader(m);
+        let mut r = xdr::Reader(m);
         let req = Request {
             xid: r.u32()?,
             name: r.opaque(MAX_NAME)?.to_vec(),
@@ -382,46 +382,6 @@ impl Request {
         };
         r.end()?;
         Ok(req)
-    }
-}
-
-/// Reads XDR units off the front of a message.
-struct XdrReader<'a>(&'a [u8]);
-
-impl<'a> XdrReader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        ensure!(self.0.len() >= n, "malformed message: truncated");
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        let b = self.take(xdr::UNIT)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok((u64::from(self.u32()?) << 32) | u64::from(self.u32()?))
-    }
-
-    /// Variable-length opaque data of at most `max` bytes.
-    fn opaque(&mut self, max: usize) -> Result<&'a [u8]> {
-        let len = self.u32()? as usize;
-        ensure!(len <= max, "malformed message: {len} bytes of opaque data");
-        let data = self.take(len)?;
-        let pad = self.take(xdr::padded(len) - len)?;
-        ensure!(pad.iter().all(|&b| b == 0), "malformed message: padding");
-        Ok(data)
-    }
-
-    fn rest(&mut self) -> &'a [u8] {
-        std::mem::take(&mut self.0)
-    }
-
-    fn end(&self) -> Result<()> {
-        ensure!(self.0.is_empty(), "malformed message: trailing bytes");
-        Ok(())
     }
 }
 
@@ -464,7 +424,7 @@ fn serve(d: &mut UdpDriver, exec: Execution, keys: &Keys, abort: &AtomicBool) ->
             STALL.as_secs()
         );
         if let Some(m) = d.recv_blocking(Instant::now() + SLICE)? {
-            let r = Request::unmarshal(m.data());
+            let r = Request::unmarshal(m.data()).context("a malformed request");
             d.conn.recycle(m);
             break r;
         }
@@ -639,7 +599,7 @@ impl Client {
             }
             match self.d.recv_blocking(Instant::now() + SLICE)? {
                 Some(m) => {
-                    let r = self.handle(m.data());
+                    let r = self.handle(m.data()).context("a message from the server");
                     self.d.conn.recycle(m);
                     r?;
                     last = Instant::now();
@@ -666,7 +626,7 @@ impl Client {
 
     /// One message from the server.
     fn handle(&mut self, m: &[u8]) -> Result<()> {
-        let mut r = XdrReader(m);
+        let mut r = xdr::Reader(m);
         match r.u32()? {
             REPLY => {
                 let number = r.u64()?;

@@ -34,6 +34,63 @@ pub enum XdrError {
     /// Bytes after the reply.
     #[error("XDR: trailing bytes")]
     Trailing,
+    /// Variable-length data longer than the reader allows.
+    #[error("XDR: {0} bytes of opaque data, more than allowed")]
+    TooLong(usize),
+}
+
+/// Reads XDR items off the front of a message; every read checks the bytes are there.
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    /// The next `n` bytes.
+    fn take(&mut self, n: usize) -> Result<&'a [u8], XdrError> {
+        if self.0.len() < n {
+            return Err(XdrError::Truncated);
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+
+    /// An unsigned int (RFC 4506 §4.2).
+    pub fn u32(&mut self) -> Result<u32, XdrError> {
+        let b = self.take(UNIT)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// An unsigned hyper integer (§4.5).
+    pub fn u64(&mut self) -> Result<u64, XdrError> {
+        Ok((u64::from(self.u32()?) << 32) | u64::from(self.u32()?))
+    }
+
+    /// Variable-length opaque data (§4.10) of at most `max` bytes, its padding checked.
+    pub fn opaque(&mut self, max: usize) -> Result<&'a [u8], XdrError> {
+        let len = self.u32()? as usize;
+        if len > max {
+            return Err(XdrError::TooLong(len));
+        }
+        let data = self.take(len)?;
+        if self.take(padded(len) - len)?.iter().any(|&b| b != 0) {
+            return Err(XdrError::Padding);
+        }
+        Ok(data)
+    }
+
+    /// Everything not read yet.
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+
+    /// Fails unless everything was read.
+    pub fn end(&self) -> Result<(), XdrError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(XdrError::Trailing)
+        }
+    }
 }
 
 /// `n` rounded up to the unit.
@@ -67,29 +124,40 @@ pub fn marshal(r: &Reply<'_>, out: &mut Vec<u8>) {
 
 /// Read a marshalled reply, which must be all of `m`.
 pub fn unmarshal(m: &[u8]) -> Result<Reply<'_>, XdrError> {
-    let word = |i: usize| -> Result<u32, XdrError> {
-        m.get(i * UNIT..(i + 1) * UNIT)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_be_bytes)
-            .ok_or(XdrError::Truncated)
+    let mut r = Reader(m);
+    let reply = Reply {
+        xid: r.u32()?,
+        seq: r.u32()?,
+        data: r.opaque(usize::MAX)?,
     };
-    let (xid, seq, len) = (word(0)?, word(1)?, word(2)? as usize);
-    let start = 3 * UNIT;
-    let end = start.checked_add(len).ok_or(XdrError::Truncated)?;
-    let data = m.get(start..end).ok_or(XdrError::Truncated)?;
-    let pad = m.get(end..start + padded(len)).ok_or(XdrError::Truncated)?;
-    if pad.iter().any(|&b| b != 0) {
-        return Err(XdrError::Padding);
-    }
-    if m.len() != reply_len(len) {
-        return Err(XdrError::Trailing);
-    }
-    Ok(Reply { xid, seq, data })
+    r.end()?;
+    Ok(reply)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reader_checks_every_item() {
+        let mut m = Vec::new();
+        put_u32(&mut m, 7);
+        put_opaque(&mut m, b"abcde");
+        put_u32(&mut m, 1);
+        put_u32(&mut m, 2);
+        let mut r = Reader(&m);
+        assert_eq!(r.u32(), Ok(7));
+        assert_eq!(r.opaque(5), Ok(&b"abcde"[..]));
+        assert_eq!(r.u64(), Ok((1 << 32) | 2));
+        assert_eq!(r.end(), Ok(()));
+        assert_eq!(r.u32(), Err(XdrError::Truncated));
+        assert_eq!(Reader(&m[4..]).opaque(4), Err(XdrError::TooLong(5)));
+        let mut bad = m.clone();
+        bad[13] = 1; // a padding byte of the opaque data
+        assert_eq!(Reader(&bad[4..]).opaque(5), Err(XdrError::Padding));
+        assert_eq!(Reader(&m).end(), Err(XdrError::Trailing));
+        assert_eq!(Reader(&m[4..10]).opaque(5), Err(XdrError::Truncated));
+    }
 
     /// RFC 4506's encodings: an unsigned int, and opaque data padded with zeros.
     #[test]
