@@ -229,7 +229,8 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     Ok(())
 }
 
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Read until `buf` is full or the input ends; the bytes read.
+pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

@@ -36,7 +36,7 @@ use phyllo_udp::driver::UdpDriver;
 use phyllo_udp::udp::UdpLink;
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -385,6 +385,12 @@ impl Request {
     }
 }
 
+/// Fails, saying `what` did not happen, once [`STALL`] has passed since `since`.
+fn within_stall(since: Instant, what: &str) -> Result<()> {
+    ensure!(since.elapsed() < STALL, "{what} {} s", STALL.as_secs());
+    Ok(())
+}
+
 /// Send one message, polling while the stack has no room (until `abort`, or [`STALL`]).
 fn send_message(d: &mut UdpDriver, msg: &[u8], abort: &AtomicBool) -> Result<bool> {
     let t = Instant::now();
@@ -399,11 +405,7 @@ fn send_message(d: &mut UdpDriver, msg: &[u8], abort: &AtomicBool) -> Result<boo
                 Err(e) => return Err(e.into()),
             }
         }
-        ensure!(
-            t.elapsed() < STALL,
-            "the stack took no message for {} s",
-            STALL.as_secs()
-        );
+        within_stall(t, "the stack took no message for")?;
         if d.poll()? == 0 {
             thread::yield_now();
         }
@@ -418,11 +420,7 @@ fn serve(d: &mut UdpDriver, exec: Execution, keys: &Keys, abort: &AtomicBool) ->
         if abort.load(Ordering::Relaxed) {
             return Ok(());
         }
-        ensure!(
-            t.elapsed() < STALL,
-            "no request within {} s",
-            STALL.as_secs()
-        );
+        within_stall(t, "no request within")?;
         if let Some(m) = d.recv_blocking(Instant::now() + SLICE)? {
             let r = Request::unmarshal(m.data()).context("a malformed request");
             d.conn.recycle(m);
@@ -444,11 +442,7 @@ fn serve(d: &mut UdpDriver, exec: Execution, keys: &Keys, abort: &AtomicBool) ->
     // Until everything sent is acknowledged (or the client is gone).
     let t = Instant::now();
     while !d.conn.all_acknowledged() && !abort.load(Ordering::Relaxed) {
-        ensure!(
-            t.elapsed() < STALL,
-            "the client acknowledged nothing for {} s",
-            STALL.as_secs()
-        );
+        within_stall(t, "the client acknowledged nothing for")?;
         if d.poll()? == 0 {
             thread::yield_now();
         }
@@ -480,7 +474,7 @@ fn answer(
             .with_context(|| format!("rewinding {}", path.display()))?;
         let mut bytes = 0u64;
         loop {
-            let n = read_full(&mut file, &mut buf)
+            let n = crate::connect::read_full(&mut file, &mut buf)
                 .with_context(|| format!("reading {}", path.display()))?;
             if n == 0 {
                 break;
@@ -526,31 +520,13 @@ fn send_msg(d: &mut UdpDriver, m: phyllo::msg::Msg, abort: &AtomicBool) -> Resul
             d.conn.recycle(m);
             return Ok(false);
         }
-        ensure!(
-            t.elapsed() < STALL,
-            "the stack took no message for {} s",
-            STALL.as_secs()
-        );
+        within_stall(t, "the stack took no message for")?;
         if d.poll()? == 0 {
             thread::yield_now();
         }
     }
     d.send_msg(m)?;
     Ok(true)
-}
-
-/// Read until `buf` is full or the file ends; the bytes read.
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// The client's end and what it has received.
@@ -613,11 +589,7 @@ impl Client {
                         "{truncated} datagrams longer than the receive buffer were dropped: \
                          the stack needs a smaller frag(N)"
                     );
-                    ensure!(
-                        last.elapsed() < STALL,
-                        "nothing from the server for {} s",
-                        STALL.as_secs()
-                    );
+                    within_stall(last, "nothing from the server for")?;
                 }
             }
         }

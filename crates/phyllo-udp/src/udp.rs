@@ -817,23 +817,9 @@ mod sys {
             }
             return Ok(n);
         }
-        // SAFETY: as for `send_mmsg`: the first `n` headers are initialised and point at
-        // iovecs, names and control messages on this frame and at data borrowed from `buf`,
-        // all alive for the call; the kernel reads at most `n` headers and writes only their
-        // `msg_len`.
-        let r = unsafe {
-            libc::sendmmsg(
-                fd.as_raw_fd(),
-                msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                n as libc::c_uint,
-                flags,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
+        // The first `n` headers point at iovecs, names and control messages on this frame and
+        // at data borrowed from `buf`, all alive for the call.
+        sendmmsg(fd, &mut msgs, n, flags)
     }
 
     /// The segment size a received message's `UDP_GRO` control message names (0 if none).
@@ -899,11 +885,25 @@ mod sys {
             });
             msgs[i].write(mmsghdr(iov, name, namelen));
         }
-        // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers are
-        // initialised and point at `iovs` (on this stack frame) and optionally at `to`; each
-        // iovec points at a borrowed datagram. All outlive the call; the kernel reads at most
-        // `n` headers (the uninitialised rest is never read) and only reads the buffers and
-        // the address.
+        // The first `n` headers point at `iovs` (on this stack frame) and optionally at `to`;
+        // each iovec at a borrowed datagram. All outlive the call.
+        sendmmsg(fd, &mut msgs, n, flags)
+    }
+
+    /// `sendmmsg` of the first `n` of `msgs`, which the caller initialised with pointers (to
+    /// buffers, addresses, control messages) that stay valid for the call; how many the kernel
+    /// took.
+    fn sendmmsg(
+        fd: BorrowedFd<'_>,
+        msgs: &mut [MaybeUninit<libc::mmsghdr>; MAX_BATCH],
+        n: usize,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
+        let n = n.min(MAX_BATCH);
+        // SAFETY: `fd` is an open socket borrowed for the call. The caller initialised the
+        // first `n` headers and everything they point at outlives the call; the kernel reads
+        // at most `n` headers (never the uninitialised rest), only reads the buffers, names
+        // and control messages, and writes only each header's `msg_len`.
         let r = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
