@@ -22,8 +22,11 @@
 //! [`UdpLink::send_queue`]: crate::udp::UdpLink::send_queue
 //! [`UdpLink::set_gro`]: crate::udp::UdpLink::set_gro
 
-use crate::udp::MAX_UDP_PAYLOAD;
 use std::net::SocketAddr;
+
+/// The largest UDP payload over IPv4 (65 535 − 8 bytes UDP header − 20 bytes IP header): also
+/// the most one segmented send may carry.
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
 
 /// The most datagrams one segmented send may carry (the kernel's `UDP_MAX_SEGMENTS`, 64 up
 /// to Linux 6.x's 128; the smaller is taken so every kernel with `UDP_SEGMENT` accepts it).

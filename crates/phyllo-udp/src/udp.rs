@@ -35,8 +35,7 @@ use crate::offload::{self, TxQueue};
 /// The most datagrams one `sendmmsg`/`recvmmsg` call moves (the batch arrays live on the stack).
 pub const MAX_BATCH: usize = 64;
 
-/// The largest UDP payload over IPv4 (65 535 − 8 bytes UDP header − 20 bytes IP header).
-pub const MAX_UDP_PAYLOAD: usize = 65_507;
+pub use crate::offload::MAX_UDP_PAYLOAD;
 
 /// A receive-buffer capacity that holds any datagram of a 1500-byte Ethernet MTU.
 pub const DEFAULT_DATAGRAM_CAPACITY: usize = 2048;
