@@ -11,6 +11,7 @@
 pub mod accel;
 pub mod conn;
 pub mod endpoint;
+pub mod engine;
 pub mod field;
 pub mod filter;
 pub mod harness;
