@@ -4,6 +4,7 @@ mod accel;
 mod aead;
 mod analyze;
 mod bulk;
+mod engine;
 mod ilp;
 mod rawudp;
 mod rtt;
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(session::Session),
         Box::new(ilp::Ilp),
         Box::new(bulk::Bulk),
+        Box::new(engine::Engine),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
     ]
