@@ -61,6 +61,10 @@ pub struct LinkStats {
     pub coalesced_receives: u64,
     /// Datagrams the kernel refused to send (other than for a full buffer); dropped.
     pub send_errors: u64,
+    /// Datagrams the kernel dropped because the receive buffer was full, as of the last
+    /// datagram received (`SO_RXQ_OVFL`, with [`UdpLink::set_drop_counting`]; a drop is
+    /// reported with the next datagram that arrives).
+    pub kernel_drops: u64,
 }
 
 /// Buffers for one batched receive: `slots` buffers of `capacity` bytes each, with the length,
@@ -80,6 +84,10 @@ pub struct RecvBatch {
     controls: Vec<sys::Control>,
     /// Whether the last receive asked for coalesced datagrams.
     gro: bool,
+    /// Whether the last receive asked for control messages (GRO or drop counts).
+    controls_on: bool,
+    /// The kernel's drop counter as the last receive reported it.
+    kernel_drops: Option<u32>,
     filled: usize,
     /// Set when the last receive was on a connected link: every datagram came from this
     /// peer, and the kernel was not asked for the source addresses.
@@ -112,6 +120,8 @@ impl RecvBatch {
             segments: vec![0; slots],
             controls: vec![sys::Control::default(); slots],
             gro: false,
+            controls_on: false,
+            kernel_drops: None,
             filled: 0,
             peer: None,
         }
@@ -203,6 +213,8 @@ pub struct UdpLink {
     gso: bool,
     /// Whether the kernel coalesces received datagrams (`UDP_GRO` on).
     gro: bool,
+    /// Whether the kernel reports its receive-buffer drops (`SO_RXQ_OVFL` on).
+    count_drops: bool,
     read_timeout: Option<Duration>,
     stats: LinkStats,
     /// The messages of one `send_queue` call (kept to reuse its allocation).
@@ -226,6 +238,7 @@ impl UdpLink {
             batching: true,
             gso: true,
             gro: false,
+            count_drops: false,
             read_timeout: None,
             stats: LinkStats::default(),
             pieces: Vec::new(),
@@ -313,6 +326,16 @@ impl UdpLink {
     /// Whether received datagrams may arrive coalesced.
     pub fn is_gro(&self) -> bool {
         self.gro
+    }
+
+    /// Have the kernel report how many datagrams it dropped for a full receive buffer
+    /// (`SO_RXQ_OVFL`): [`LinkStats::kernel_drops`]. This is where an engine that leaves input
+    /// in the socket while inhibited sees its early drops. Needs batching (the count comes as a
+    /// control message of `recvmmsg`).
+    pub fn set_drop_counting(&mut self, on: bool) -> io::Result<()> {
+        sys::set_socket_option(self.socket.as_fd(), sys::SO_RXQ_OVFL, on as libc::c_int)?;
+        self.count_drops = on;
+        Ok(())
     }
 
     /// Send runs of a [`TxQueue`] as segmented messages (the default, where the kernel can)
@@ -578,6 +601,7 @@ impl UdpLink {
     fn recv_inner(&mut self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
         batch.filled = 0;
         batch.gro = self.gro;
+        batch.controls_on = self.gro || self.count_drops;
         // A connected socket only receives from its peer: asking the kernel for the source
         // addresses anyway cost ~0.25 µs per receive on loopback (`rtt_breakdown` example:
         // UdpLink ping-pong 1.09-1.10 × raw UDP with them, 1.02-1.03 without).
@@ -588,6 +612,7 @@ impl UdpLink {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.set_batching(false);
                     batch.gro = false;
+                    batch.controls_on = false;
                     self.recv_fallback(batch, flags)
                 }
                 r => r,
@@ -600,6 +625,9 @@ impl UdpLink {
                 batch.filled = n;
                 if !batch.gro {
                     batch.segments[..n].fill(0);
+                }
+                if let Some(d) = batch.kernel_drops {
+                    self.stats.kernel_drops = self.stats.kernel_drops.max(u64::from(d));
                 }
                 for i in 0..n {
                     let k = batch.count(i);
@@ -706,11 +734,29 @@ mod sys {
     use std::ops::Range;
     use std::os::fd::{AsRawFd, BorrowedFd};
 
-    /// Room for one control message carrying an integer (`CMSG_SPACE(4)` is 24 bytes on
-    /// 64-bit Linux), aligned as a `cmsghdr`.
-    #[derive(Clone, Copy, Default)]
+    /// Room for the control messages of one datagram — `UDP_GRO` and `SO_RXQ_OVFL`, each an
+    /// integer (`CMSG_SPACE(4)` is 24 bytes on 64-bit Linux) — aligned as a `cmsghdr`.
+    #[derive(Clone, Copy)]
     #[repr(C, align(8))]
-    pub(crate) struct Control([u8; 32]);
+    pub(crate) struct Control([u8; 64]);
+
+    impl Default for Control {
+        fn default() -> Control {
+            Control([0; 64])
+        }
+    }
+
+    /// `SO_RXQ_OVFL` (`asm-generic/socket.h`; the `libc` crate names it only for some targets).
+    pub(super) const SO_RXQ_OVFL: libc::c_int = 40;
+
+    /// `setsockopt(SOL_SOCKET, option, value)`.
+    pub(super) fn set_socket_option(
+        fd: BorrowedFd<'_>,
+        option: libc::c_int,
+        value: libc::c_int,
+    ) -> io::Result<()> {
+        set_option(fd, libc::SOL_SOCKET, option, value)
+    }
 
     /// One message of a `send_pieces`: `buf[range]`, cut by the kernel into datagrams of
     /// `segment` bytes when `segment > 0`.
@@ -728,12 +774,22 @@ mod sys {
         option: libc::c_int,
         value: libc::c_int,
     ) -> io::Result<()> {
+        set_option(fd, libc::SOL_UDP, option, value)
+    }
+
+    /// `setsockopt(level, option, value)` for an integer option.
+    fn set_option(
+        fd: BorrowedFd<'_>,
+        level: libc::c_int,
+        option: libc::c_int,
+        value: libc::c_int,
+    ) -> io::Result<()> {
         // SAFETY: `fd` is an open socket borrowed for the call; the value is a live c_int
         // whose size is passed.
         let r = unsafe {
             libc::setsockopt(
                 fd.as_raw_fd(),
-                libc::SOL_UDP,
+                level,
                 option,
                 (&value as *const libc::c_int).cast(),
                 mem::size_of::<libc::c_int>() as libc::socklen_t,
@@ -821,28 +877,37 @@ mod sys {
         sendmmsg(fd, &mut msgs, n, flags)
     }
 
-    /// The segment size a received message's `UDP_GRO` control message names (0 if none).
+    /// What a received message's control messages say: the `UDP_GRO` segment size (0 if
+    /// none) and the `SO_RXQ_OVFL` drop counter (if present).
     // `msg_controllen` is a `size_t` in glibc and a `socklen_t` in musl.
     #[allow(clippy::unnecessary_cast)]
-    fn gro_segment(h: &libc::msghdr) -> usize {
+    fn controls(h: &libc::msghdr) -> (usize, Option<u32>) {
+        let (mut segment, mut drops) = (0, None);
         if h.msg_control.is_null() || (h.msg_controllen as usize) < mem::size_of::<libc::cmsghdr>()
         {
-            return 0;
+            return (segment, drops);
         }
         // SAFETY: the kernel filled msg_control with msg_controllen bytes of well-formed
         // control messages inside the `Control` buffer the header points at; CMSG_FIRSTHDR
-        // and CMSG_NXTHDR stay within msg_controllen, and the integer is read unaligned.
+        // and CMSG_NXTHDR stay within msg_controllen, and the integers are read unaligned.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    return usize::try_from(size).unwrap_or(0);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_UDP, UDP_GRO) => {
+                        let size =
+                            std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                        segment = usize::try_from(size).unwrap_or(0);
+                    }
+                    (libc::SOL_SOCKET, SO_RXQ_OVFL) => {
+                        drops = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+                    }
+                    _ => {}
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
         }
-        0
+        (segment, drops)
     }
 
     /// The header of one datagram in `iov`, to or from `name` (null for the connected peer),
@@ -932,7 +997,7 @@ mod sys {
         let mut n = 0;
         // No source addresses from a connected link (see `UdpLink::recv_inner`).
         let want_names = batch.peer.is_none();
-        let gro = batch.gro;
+        let controls_on = batch.controls_on;
         for (((chunk, name), control), (iov, msg)) in batch
             .buf
             .chunks_exact_mut(cap)
@@ -953,7 +1018,7 @@ mod sys {
             } else {
                 mmsghdr(iov, std::ptr::null_mut(), 0)
             };
-            if gro {
+            if controls_on {
                 h.msg_hdr.msg_control = control.0.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = control.0.len() as _;
             }
@@ -964,7 +1029,7 @@ mod sys {
         // initialised and point at `iovs` (on this stack frame), each iovec at a distinct
         // `cap`-byte chunk of `batch.buf`, and each name either null (length 0: no address
         // wanted) or at a distinct `sockaddr_storage` of `batch.names` with its true size;
-        // `batch` is mutably borrowed for the whole call; with GRO each control buffer is a
+        // `batch` is mutably borrowed for the whole call; each control buffer (if any) is a
         // distinct `Control` of `batch.controls` with its true size.
         // The kernel reads at most `n` headers (never the uninitialised rest), and writes at
         // most `iov_len` bytes per buffer, `msg_namelen` bytes per name and `msg_controllen`
@@ -987,7 +1052,11 @@ mod sys {
             let m = unsafe { m.assume_init_ref() };
             batch.lens[i] = m.msg_len as usize;
             batch.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            batch.segments[i] = if gro { gro_segment(&m.msg_hdr) } else { 0 };
+            let (segment, drops) = controls(&m.msg_hdr);
+            batch.segments[i] = segment;
+            if drops.is_some() {
+                batch.kernel_drops = drops;
+            }
         }
         Ok(r)
     }
@@ -1168,6 +1237,40 @@ mod tests {
     fn a_queue_without_offload_goes_datagram_by_datagram() {
         offload_roundtrip(false, true, true);
         offload_roundtrip(true, false, false);
+    }
+
+    #[test]
+    fn the_kernels_receive_buffer_drops_are_counted() {
+        let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+        b.set_recv_buffer_size(4096).unwrap();
+        b.set_drop_counting(true).unwrap();
+        let d = [7u8; 1000];
+        let refs = vec![&d[..]; 50];
+        for _ in 0..20 {
+            a.send_batch(&refs).unwrap();
+        }
+        let mut batch = RecvBatch::new(MAX_BATCH, 2048);
+        let mut got = 0;
+        while b.try_recv(&mut batch).unwrap() > 0 {
+            got += batch.len() as u64;
+        }
+        // The count arrives with a datagram received after the drops.
+        a.send_batch(&[b"after"]).unwrap();
+        let end = deadline();
+        while b
+            .recv_timeout(&mut batch, Some(Duration::from_millis(100)))
+            .unwrap()
+            == 0
+            && Instant::now() < end
+        {}
+        got += batch.len() as u64;
+        let drops = b.stats().kernel_drops;
+        assert!(got < 1001, "the small buffer held only some");
+        assert_eq!(
+            drops + got,
+            1001,
+            "every datagram received or counted as dropped"
+        );
     }
 
     #[test]
