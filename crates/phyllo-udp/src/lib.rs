@@ -8,12 +8,15 @@
 //!   non-blocking, busy-poll or blocking.
 //! - [`offload`]: segmentation offload (`UDP_SEGMENT` sends of a [`TxQueue`](offload::TxQueue),
 //!   `UDP_GRO` receives).
+//! - [`engine`]: the receive engine (seed 002): `epoll` one-shot notifications driving the
+//!   library's `Poller` — quota, round-robin, feedback, a CPU share, early drop in the socket.
 //! - [`driver`]: [`UdpDriver`](driver::UdpDriver), one connection over a `UdpLink`.
 //! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
 
 #![warn(missing_docs)]
 
 pub mod driver;
+pub mod engine;
 pub mod offload;
 pub mod rawudp;
 pub mod udp;
