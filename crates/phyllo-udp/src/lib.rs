@@ -10,6 +10,8 @@
 //!   `UDP_GRO` receives).
 //! - [`engine`]: the receive engine (seed 002): `epoll` one-shot notifications driving the
 //!   library's `Poller` — quota, round-robin, feedback, a CPU share, early drop in the socket.
+//! - [`forward`]: seed 002's router between sockets, on the engine or as 4.2BSD's threads
+//!   with real-time priorities, and the paced generator that loads it.
 //! - [`driver`]: [`UdpDriver`](driver::UdpDriver), one connection over a `UdpLink`.
 //! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
 
@@ -17,6 +19,7 @@
 
 pub mod driver;
 pub mod engine;
+pub mod forward;
 pub mod offload;
 pub mod rawudp;
 pub mod udp;

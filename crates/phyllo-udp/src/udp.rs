@@ -532,7 +532,13 @@ impl UdpLink {
 
     /// One non-blocking receive into `batch`: `Ok(0)` when nothing is queued.
     pub fn try_recv(&mut self, batch: &mut RecvBatch) -> io::Result<usize> {
-        self.recv_inner(batch, libc::MSG_DONTWAIT)
+        self.recv_inner(batch, libc::MSG_DONTWAIT, usize::MAX)
+    }
+
+    /// Like [`try_recv`](Self::try_recv), taking at most `max` datagrams (buffers) off the
+    /// socket: what a receive callback with a quota uses, so the rest stays in the socket.
+    pub fn try_recv_some(&mut self, batch: &mut RecvBatch, max: usize) -> io::Result<usize> {
+        self.recv_inner(batch, libc::MSG_DONTWAIT, max.max(1))
     }
 
     /// One non-blocking receive of one datagram straight into `buf` (plain `recvfrom`): its
@@ -595,10 +601,15 @@ impl UdpLink {
             self.socket.set_read_timeout(timeout)?;
             self.read_timeout = timeout;
         }
-        self.recv_inner(batch, libc::MSG_WAITFORONE)
+        self.recv_inner(batch, libc::MSG_WAITFORONE, usize::MAX)
     }
 
-    fn recv_inner(&mut self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
+    fn recv_inner(
+        &mut self,
+        batch: &mut RecvBatch,
+        flags: libc::c_int,
+        max: usize,
+    ) -> io::Result<usize> {
         batch.filled = 0;
         batch.gro = self.gro;
         batch.controls_on = self.gro || self.count_drops;
@@ -608,17 +619,17 @@ impl UdpLink {
         batch.peer = self.peer;
         let result = if self.batching {
             self.stats.recv_calls += 1;
-            match sys::recv_mmsg(self.socket.as_fd(), batch, flags) {
+            match sys::recv_mmsg(self.socket.as_fd(), batch, flags, max) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.set_batching(false);
                     batch.gro = false;
                     batch.controls_on = false;
-                    self.recv_fallback(batch, flags)
+                    self.recv_fallback(batch, flags, max)
                 }
                 r => r,
             }
         } else {
-            self.recv_fallback(batch, flags)
+            self.recv_fallback(batch, flags, max)
         };
         match result {
             Ok(n) => {
@@ -650,11 +661,17 @@ impl UdpLink {
         }
     }
 
-    fn recv_fallback(&mut self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
+    fn recv_fallback(
+        &mut self,
+        batch: &mut RecvBatch,
+        flags: libc::c_int,
+        max: usize,
+    ) -> io::Result<usize> {
         // The first receive honours the caller's mode; the rest only take what is queued.
         let first_flags = flags & !libc::MSG_WAITFORONE;
         let cap = batch.capacity;
-        for i in 0..batch.slots() {
+        let slots = batch.slots().min(max);
+        for i in 0..slots {
             self.stats.recv_calls += 1;
             let f = if i == 0 {
                 first_flags
@@ -674,7 +691,7 @@ impl UdpLink {
                 Err(e) => return if i == 0 { Err(e) } else { Ok(i) },
             }
         }
-        Ok(batch.slots())
+        Ok(slots)
     }
 }
 
@@ -983,11 +1000,13 @@ mod sys {
         }
     }
 
-    /// One `recvmmsg` into every slot of `batch`; sets lengths, truncation flags and sources.
+    /// One `recvmmsg` into the first `max` slots of `batch`; sets lengths, truncation flags,
+    /// sources and what the control messages say.
     pub(super) fn recv_mmsg(
         fd: BorrowedFd<'_>,
         batch: &mut RecvBatch,
         flags: libc::c_int,
+        max: usize,
     ) -> io::Result<usize> {
         let cap = batch.capacity;
         // Only the first `n` entries are written (callgrind: zeroing all MAX_BATCH headers
@@ -1004,6 +1023,7 @@ mod sys {
             .zip(batch.names.iter_mut())
             .zip(batch.controls.iter_mut())
             .zip(iovs.iter_mut().zip(msgs.iter_mut()))
+            .take(max)
         {
             let iov = iov.write(libc::iovec {
                 iov_base: chunk.as_mut_ptr().cast(),
