@@ -3,7 +3,9 @@
 
 use crate::sessiond::{self, Node, DATA, END, HASH, PING};
 use anyhow::{Context, Result};
+use phyllo::engine::PollConfig;
 use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
+use phyllo_udp::engine::{Engine, Served};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -47,6 +49,13 @@ pub struct ServeArgs {
     /// Print the address actually bound (for `--listen 127.0.0.1:0`) on the first line.
     #[arg(long)]
     pub print_addr: bool,
+    /// Receive with a plain loop instead of the receive engine (which is used unless
+    /// `--busy-poll` or `--raw-echo` asks for the latency loop).
+    #[arg(long)]
+    pub no_engine: bool,
+    /// The receive engine's quota: receive buffers taken off the socket per turn.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub quota: u64,
 }
 
 #[derive(Default)]
@@ -58,6 +67,174 @@ struct Stream {
     /// Answers that did not fit yet.
     replies: VecDeque<Vec<u8>>,
     files: u64,
+}
+
+/// The server's application: echo pings, sink streams (hashing them, writing them with
+/// `--out`), answer each stream's end with its hash.
+struct App<'a> {
+    args: &'a ServeArgs,
+    streams: HashMap<PeerId, Stream>,
+    ended_streams: u64,
+}
+
+impl App<'_> {
+    /// Report session events and serve every peer with deliveries; answers are queued in the
+    /// sessions (the next flush sends them).
+    fn round(&mut self, node: &mut Node) -> Result<()> {
+        while let Some(e) = node.ep.poll_event() {
+            match e {
+                Event::Established { peer, key, .. } => eprintln!(
+                    "session up: peer {}… at {}",
+                    &key.to_string()[..12],
+                    node.ep
+                        .peer_addr(peer)
+                        .map_or("?".into(), |a| a.to_string())
+                ),
+                Event::Ended {
+                    peer,
+                    reason,
+                    unconfirmed,
+                } => eprintln!(
+                    "session ended: peer {} ({reason:?}), {} messages unconfirmed",
+                    peer.0,
+                    unconfirmed.len()
+                ),
+            }
+        }
+        let readable = std::mem::take(&mut node.readable);
+        for p in readable {
+            let st = self.streams.entry(p).or_default();
+            loop {
+                let now = node.now();
+                // Replies first, in order; a full session stops this peer's reading until
+                // the next round (its messages wait in the session, nothing is lost).
+                while let Some(r) = st.replies.front() {
+                    match node.ep.send(now, p, r) {
+                        Ok(()) => {
+                            st.replies.pop_front();
+                        }
+                        Err(SessionSendError::WouldBlock) => break,
+                        Err(e) => {
+                            eprintln!("peer {}: reply dropped: {e}", p.0);
+                            st.replies.pop_front();
+                        }
+                    }
+                }
+                if !st.replies.is_empty() {
+                    node.readable.push(p);
+                    break;
+                }
+                let dir = self.args.out.as_ref();
+                let got = node
+                    .ep
+                    .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
+                        match m.first() {
+                            Some(&PING) => Ok(Some(m.to_vec())),
+                            Some(&DATA) => {
+                                st.bytes += m.len() as u64 - 1;
+                                st.msgs += 1;
+                                st.hash.update(&m[1..]);
+                                if let Some(dir) = dir {
+                                    if st.file.is_none() {
+                                        let path = dir.join(format!("stream-{}-{}", p.0, st.files));
+                                        let f =
+                                            std::fs::File::create(&path).with_context(|| {
+                                                format!("creating {}", path.display())
+                                            })?;
+                                        st.file = Some(std::io::BufWriter::new(f));
+                                    }
+                                    if let Some(f) = st.file.as_mut() {
+                                        f.write_all(&m[1..]).context("writing the stream")?;
+                                    }
+                                }
+                                Ok(None)
+                            }
+                            Some(&END) => {
+                                let digest = std::mem::take(&mut st.hash).finalize();
+                                if let Some(mut f) = st.file.take() {
+                                    f.flush().context("writing the stream")?;
+                                    st.files += 1;
+                                }
+                                let mut r = vec![HASH];
+                                r.extend_from_slice(sessiond::hex_digest(&digest).as_bytes());
+                                Ok(Some(r))
+                            }
+                            _ => Ok(None),
+                        }
+                    });
+                match got {
+                    None => break,
+                    Some(r) => {
+                        if let Some(reply) = r? {
+                            if reply[0] == HASH {
+                                self.ended_streams += 1;
+                                eprintln!(
+                                    "stream from peer {} ended: {} bytes in {} messages, sha256 {}",
+                                    p.0,
+                                    st.bytes,
+                                    st.msgs,
+                                    String::from_utf8_lossy(&reply[1..])
+                                );
+                                st.bytes = 0;
+                                st.msgs = 0;
+                            }
+                            st.replies.push_back(reply);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `--streams N` streams have ended.
+    fn done(&self) -> bool {
+        self.args.streams > 0 && self.ended_streams >= self.args.streams
+    }
+}
+
+/// Serve on the receive engine: the socket is a receive source served `--quota` buffers at a
+/// time, each taken through its session and the application in the same turn (process to
+/// completion); the output queue is a transmit source; timers run between turns.
+fn serve_on_engine(
+    node: &mut Node,
+    app: &mut App<'_>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<()> {
+    let mut engine = Engine::new(PollConfig {
+        quota: Some(app.args.quota as usize),
+        ..PollConfig::default()
+    })
+    .context("starting the receive engine")?;
+    let rx = engine
+        .add_receive(node.socket())
+        .context("registering the socket with the receive engine")?;
+    let tx = engine.add_transmit();
+    while !sessiond::is_set(stop) && !app.done() {
+        node.timers()?;
+        let wait = node.next_timer().map_or(Duration::from_millis(50), |t| {
+            t.min(Duration::from_millis(50))
+        });
+        engine.ctl().wake(tx);
+        engine.run_until(Some(Instant::now() + wait), |ctl, s, quota| {
+            if s == rx {
+                let got = node.receive_some(quota).map_err(std::io::Error::other)?;
+                app.round(node).map_err(std::io::Error::other)?;
+                ctl.wake(tx);
+                Ok(Served {
+                    handled: got,
+                    drained: got < quota,
+                })
+            } else {
+                node.flush().map_err(std::io::Error::other)?;
+                Ok(Served {
+                    handled: 1,
+                    drained: true,
+                })
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// Run the server.
@@ -112,10 +289,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.stack,
         if args.accel { ", accelerated" } else { "" }
     );
-    let mut streams: HashMap<PeerId, Stream> = HashMap::new();
-    let mut ended_streams = 0u64;
+    let mut app = App {
+        args: &args,
+        streams: HashMap::new(),
+        ended_streams: 0,
+    };
     let started = Instant::now();
-    while !sessiond::is_set(&stop) {
+    let engine = !(args.no_engine || args.busy_poll || raw.is_some());
+    if engine {
+        serve_on_engine(&mut node, &mut app, &stop)?;
+    }
+    while !engine && !sessiond::is_set(&stop) && !app.done() {
         match &raw {
             // Poll both sockets without sleeping in either.
             Some(r) => {
@@ -128,118 +312,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 node.pump(Duration::from_millis(50))?;
             }
         }
-        while let Some(e) = node.ep.poll_event() {
-            match e {
-                Event::Established { peer, key, .. } => eprintln!(
-                    "session up: peer {}… at {}",
-                    &key.to_string()[..12],
-                    node.ep
-                        .peer_addr(peer)
-                        .map_or("?".into(), |a| a.to_string())
-                ),
-                Event::Ended {
-                    peer,
-                    reason,
-                    unconfirmed,
-                } => eprintln!(
-                    "session ended: peer {} ({reason:?}), {} messages unconfirmed",
-                    peer.0,
-                    unconfirmed.len()
-                ),
-            }
-        }
-        let readable = std::mem::take(&mut node.readable);
-        for p in readable {
-            let st = streams.entry(p).or_default();
-            loop {
-                let now = node.now();
-                // Replies first, in order; a full session stops this peer's reading until
-                // the next round (its messages wait in the session, nothing is lost).
-                while let Some(r) = st.replies.front() {
-                    match node.ep.send(now, p, r) {
-                        Ok(()) => {
-                            st.replies.pop_front();
-                        }
-                        Err(SessionSendError::WouldBlock) => break,
-                        Err(e) => {
-                            eprintln!("peer {}: reply dropped: {e}", p.0);
-                            st.replies.pop_front();
-                        }
-                    }
-                }
-                if !st.replies.is_empty() {
-                    node.readable.push(p);
-                    break;
-                }
-                let dir = args.out.as_ref();
-                let got = node
-                    .ep
-                    .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
-                        match m.first() {
-                            Some(&PING) => Ok(Some(m.to_vec())),
-                            Some(&DATA) => {
-                                st.bytes += m.len() as u64 - 1;
-                                st.msgs += 1;
-                                st.hash.update(&m[1..]);
-                                if let Some(dir) = dir {
-                                    if st.file.is_none() {
-                                        let path = dir.join(format!("stream-{}-{}", p.0, st.files));
-                                        let f =
-                                            std::fs::File::create(&path).with_context(|| {
-                                                format!("creating {}", path.display())
-                                            })?;
-                                        st.file = Some(std::io::BufWriter::new(f));
-                                    }
-                                    if let Some(f) = st.file.as_mut() {
-                                        f.write_all(&m[1..]).context("writing the stream")?;
-                                    }
-                                }
-                                Ok(None)
-                            }
-                            Some(&END) => {
-                                let digest = std::mem::take(&mut st.hash).finalize();
-                                if let Some(mut f) = st.file.take() {
-                                    f.flush().context("writing the stream")?;
-                                    st.files += 1;
-                                }
-                                let mut r = vec![HASH];
-                                r.extend_from_slice(sessiond::hex_digest(&digest).as_bytes());
-                                Ok(Some(r))
-                            }
-                            _ => Ok(None),
-                        }
-                    });
-                match got {
-                    None => break,
-                    Some(r) => {
-                        if let Some(reply) = r? {
-                            if reply[0] == HASH {
-                                ended_streams += 1;
-                                eprintln!(
-                                    "stream from peer {} ended: {} bytes in {} messages, sha256 {}",
-                                    p.0,
-                                    st.bytes,
-                                    st.msgs,
-                                    String::from_utf8_lossy(&reply[1..])
-                                );
-                                st.bytes = 0;
-                                st.msgs = 0;
-                            }
-                            st.replies.push_back(reply);
-                        }
-                    }
-                }
-            }
-        }
+        app.round(&mut node)?;
         // Answers go out now, not after the next wait for input.
         node.flush()?;
-        if args.streams > 0 && ended_streams >= args.streams {
-            // Let the last answers be confirmed before going.
-            let until = Instant::now() + Duration::from_secs(1);
-            while Instant::now() < until {
-                node.pump(Duration::from_millis(10))?;
-            }
-            break;
+    }
+    if app.done() {
+        // Let the last answers be confirmed before going.
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            node.pump(Duration::from_millis(10))?;
         }
     }
     eprintln!("stopping after {:.1} s", started.elapsed().as_secs_f64());

@@ -185,18 +185,7 @@ impl Node {
         let mut total = 0;
         let mut rounds = 0;
         while got > 0 {
-            let now = self.now();
-            for (d, from) in self.batch.datagrams() {
-                total += 1;
-                let Some(from) = from else {
-                    continue;
-                };
-                if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
-                    if !self.readable.contains(&p) {
-                        self.readable.push(p);
-                    }
-                }
-            }
+            total += self.handle_batch();
             rounds += 1;
             if rounds >= 8 {
                 break;
@@ -204,12 +193,60 @@ impl Node {
             self.flush()?;
             got = self.link.try_recv(&mut self.batch).context("receiving")?;
         }
+        self.timers()?;
+        Ok(total)
+    }
+
+    /// Hand the datagrams of the last receive to the endpoint; how many there were.
+    fn handle_batch(&mut self) -> usize {
+        let now = self.now();
+        let mut n = 0;
+        for (d, from) in self.batch.datagrams() {
+            n += 1;
+            let Some(from) = from else {
+                continue;
+            };
+            if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
+                if !self.readable.contains(&p) {
+                    self.readable.push(p);
+                }
+            }
+        }
+        n
+    }
+
+    /// Take at most `max` receive buffers off the socket without waiting and hand their
+    /// datagrams to the endpoint (the receive engine's callback: the rest stays in the socket);
+    /// how many buffers were taken.
+    pub fn receive_some(&mut self, max: usize) -> Result<usize> {
+        let got = self
+            .link
+            .try_recv_some(&mut self.batch, max)
+            .context("receiving")?;
+        if got > 0 {
+            self.handle_batch();
+        }
+        Ok(got)
+    }
+
+    /// Run the endpoint's due timers and send what they produce.
+    pub fn timers(&mut self) -> Result<()> {
         let now = self.now();
         if self.ep.poll_timeout().is_some_and(|t| t <= now) {
             self.ep.handle_timeout(now);
         }
-        self.flush()?;
-        Ok(total)
+        self.flush()
+    }
+
+    /// How long until the endpoint's next timer (`None`: no timer).
+    pub fn next_timer(&self) -> Option<Duration> {
+        let now = self.now();
+        self.ep.poll_timeout().map(|t| t - now)
+    }
+
+    /// The socket (for registering with a receive engine).
+    pub fn socket(&self) -> &UdpLink {
+        &self.link
     }
 }
 
