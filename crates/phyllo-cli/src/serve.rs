@@ -4,6 +4,7 @@
 use crate::sessiond::{self, Node, DATA, END, HASH, PING};
 use anyhow::{Context, Result};
 use phyllo::engine::PollConfig;
+use phyllo::engine::SourceId;
 use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
 use phyllo_udp::engine::{Engine, Served};
 use sha2::{Digest, Sha256};
@@ -209,18 +210,43 @@ fn serve_on_engine(
     let rx = engine
         .add_receive(node.socket())
         .context("registering the socket with the receive engine")?;
+    // The listening socket takes handshakes and, under attack, the flood: a quarter of the
+    // quota per turn, so established peers' sockets get most of each round.
+    engine.set_quota(rx, (app.args.quota as usize / 4).max(1))?;
     let tx = engine.add_transmit();
+    // Dedicated sockets: engine source -> the node's index, and back.
+    let mut own: HashMap<SourceId, usize> = HashMap::new();
     while !sessiond::is_set(stop) && !app.done() {
         node.timers()?;
+        for i in node.take_closing() {
+            if let Some(s) = own.iter().find(|(_, &j)| j == i).map(|(s, _)| *s) {
+                engine.remove(s)?;
+                own.remove(&s);
+            }
+            node.close_dedicated(i);
+        }
+        for i in node.take_opened() {
+            if let Some(sock) = node.dedicated_socket(i) {
+                own.insert(engine.add_receive(sock)?, i);
+            }
+        }
         let wait = node.next_timer().map_or(Duration::from_millis(50), |t| {
             t.min(Duration::from_millis(50))
         });
         engine.ctl().wake(tx);
         engine.run_until(Some(Instant::now() + wait), |ctl, s, quota| {
-            if s == rx {
-                let got = node.receive_some(quota).map_err(std::io::Error::other)?;
+            if s == rx || own.contains_key(&s) {
+                let got = match own.get(&s) {
+                    Some(&i) => node.receive_dedicated(i, quota),
+                    None => node.receive_some(quota),
+                }
+                .map_err(std::io::Error::other)?;
                 app.round(node).map_err(std::io::Error::other)?;
                 ctl.wake(tx);
+                if s == rx && node.has_opened() {
+                    // A new dedicated socket: register it before its peer's next datagram.
+                    ctl.stop();
+                }
                 Ok(Served {
                     handled: got,
                     drained: got < quota,
@@ -270,7 +296,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     let mut raw_buf = vec![0u8; 65_536];
     let addr = sessiond::parse_addr(&args.listen)?;
-    let mut node = Node::bind(addr, key, allowed, &args.stack, args.accel)?;
+    let engine = !(args.no_engine || args.busy_poll || raw.is_some());
+    let mut node = if engine {
+        // Established peers get sockets of their own, which the engine serves in turn with
+        // the listening one: a flood of junk or handshakes fills only the latter.
+        let mut n = Node::bind_shared(addr, key, allowed, &args.stack, args.accel)?;
+        n.dedicate();
+        n
+    } else {
+        Node::bind(addr, key, allowed, &args.stack, args.accel)?
+    };
     node.busy = args.busy_poll;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -295,7 +330,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         ended_streams: 0,
     };
     let started = Instant::now();
-    let engine = !(args.no_engine || args.busy_poll || raw.is_some());
     if engine {
         serve_on_engine(&mut node, &mut app, &stop)?;
     }

@@ -77,7 +77,18 @@ pub struct Node {
     pub busy: bool,
     /// Peers that received data since the caller last took this list.
     pub readable: Vec<PeerId>,
+    /// Sockets of their own for peers with an established session, when on
+    /// ([`Node::dedicate`]): `(peer, socket)` by index, `None` once closed.
+    dedicated: Vec<Option<(PeerId, UdpLink)>>,
+    /// Indices of dedicated sockets opened, and to be closed, since the driver last looked.
+    opened: Vec<usize>,
+    closing: Vec<usize>,
+    dedicating: bool,
 }
+
+/// The most peers that get a socket of their own (each costs a descriptor); the rest share the
+/// listening socket.
+const MAX_DEDICATED: usize = 512;
 
 impl Node {
     /// Bind `addr` and make an endpoint with `key`, accepting `allowed`, whose sessions run
@@ -89,9 +100,19 @@ impl Node {
         stack: &str,
         accelerate: bool,
     ) -> Result<Node> {
-        // The spec is checked once here, so a bad one is an error now, not a failed session.
+        // The spec is checked first, so a bad one is an error now, not a failed session.
         phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
-        let mut link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        let link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        Node::with_link(link, key, allowed, stack, accelerate)
+    }
+
+    fn with_link(
+        mut link: UdpLink,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<Node> {
         // Coalesced receives where the kernel has them: the batch's 64 KiB buffers take any.
         let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
@@ -125,6 +146,10 @@ impl Node {
             tx: TxQueue::new(),
             busy: false,
             readable: Vec::new(),
+            dedicated: Vec::new(),
+            opened: Vec::new(),
+            closing: Vec::new(),
+            dedicating: false,
         })
     }
 
@@ -185,7 +210,7 @@ impl Node {
         let mut total = 0;
         let mut rounds = 0;
         while got > 0 {
-            total += self.handle_batch();
+            total += self.handle_batch(true);
             rounds += 1;
             if rounds >= 8 {
                 break;
@@ -197,10 +222,13 @@ impl Node {
         Ok(total)
     }
 
-    /// Hand the datagrams of the last receive to the endpoint; how many there were.
-    fn handle_batch(&mut self) -> usize {
+    /// Hand the datagrams of the last receive to the endpoint; how many there were. Data that
+    /// came in on the shared socket from a peer without a socket of its own gets it one, when
+    /// dedicating.
+    fn handle_batch(&mut self, shared: bool) -> usize {
         let now = self.now();
         let mut n = 0;
+        let mut newcomers = Vec::new();
         for (d, from) in self.batch.datagrams() {
             n += 1;
             let Some(from) = from else {
@@ -210,9 +238,121 @@ impl Node {
                 if !self.readable.contains(&p) {
                     self.readable.push(p);
                 }
+                if shared && self.dedicating && !newcomers.contains(&(p, from)) {
+                    newcomers.push((p, from));
+                }
             }
         }
+        for (p, from) in newcomers {
+            self.dedicate_to(p, from);
+        }
         n
+    }
+
+    /// Give peer `p` at `from` a socket of its own (unless it has one, or too many have).
+    fn dedicate_to(&mut self, p: PeerId, from: SocketAddr) {
+        let live = self.dedicated.iter().flatten().count();
+        if live >= MAX_DEDICATED || self.dedicated.iter().flatten().any(|(q, _)| *q == p) {
+            return;
+        }
+        // A socket that cannot be made (descriptors exhausted) leaves the peer on the shared
+        // one, which still works.
+        if let Ok(link) = self.link.dedicated(from) {
+            let i = match self.dedicated.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    self.dedicated.push(None);
+                    self.dedicated.len() - 1
+                }
+            };
+            self.dedicated[i] = Some((p, link));
+            self.opened.push(i);
+        }
+    }
+
+    /// Give every peer with an established session a socket of its own on this address, so
+    /// the kernel queues its datagrams apart from whatever else arrives (a flood of junk or
+    /// handshakes fills the shared socket, not theirs). Needs the node made by
+    /// [`bind_shared`](Self::bind_shared); a receive engine serves the sockets
+    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)).
+    pub fn dedicate(&mut self) {
+        self.dedicating = true;
+    }
+
+    /// Like [`bind`](Self::bind), on a socket other sockets of this user may share (for
+    /// [`dedicate`](Self::dedicate)). The address is claimed first with an ordinary bind, so a
+    /// port already in use is still an error.
+    pub fn bind_shared(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<Node> {
+        phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+        let local = UdpLink::bind(addr)
+            .with_context(|| format!("cannot listen on {addr}"))?
+            .local_addr();
+        let link = UdpLink::bind_shared(local)
+            .with_context(|| format!("cannot listen on {local} (shared)"))?;
+        Node::with_link(link, key, allowed, stack, accelerate)
+    }
+
+    /// Whether dedicated sockets were opened since [`take_opened`](Self::take_opened).
+    pub fn has_opened(&self) -> bool {
+        !self.opened.is_empty()
+    }
+
+    /// Dedicated sockets opened since the last call (indices for
+    /// [`receive_dedicated`](Self::receive_dedicated) and [`dedicated_socket`](Self::dedicated_socket)).
+    pub fn take_opened(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.opened)
+    }
+
+    /// Dedicated sockets to close (their session ended or the peer moved): the driver stops
+    /// watching each, then calls [`close_dedicated`](Self::close_dedicated).
+    pub fn take_closing(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.closing)
+    }
+
+    /// Close dedicated socket `i`.
+    pub fn close_dedicated(&mut self, i: usize) {
+        if let Some(d) = self.dedicated.get_mut(i) {
+            *d = None;
+        }
+    }
+
+    /// Dedicated socket `i`, if open.
+    pub fn dedicated_socket(&self, i: usize) -> Option<&UdpLink> {
+        self.dedicated.get(i)?.as_ref().map(|(_, l)| l)
+    }
+
+    /// Like [`receive_some`](Self::receive_some), from dedicated socket `i`.
+    pub fn receive_dedicated(&mut self, i: usize, max: usize) -> Result<usize> {
+        let Some(Some((_, link))) = self.dedicated.get_mut(i) else {
+            return Ok(0);
+        };
+        let got = link
+            .try_recv_some(&mut self.batch, max)
+            .context("receiving")?;
+        if got > 0 {
+            self.handle_batch(false);
+        }
+        Ok(got)
+    }
+
+    /// Mark for closing the dedicated sockets whose peer has no session any more or has
+    /// moved to another address.
+    fn prune_dedicated(&mut self) {
+        for (i, d) in self.dedicated.iter().enumerate() {
+            if let Some((p, link)) = d {
+                let stale =
+                    !self.ep.is_established(*p) || self.ep.peer_addr(*p) != link.peer_addr();
+                if stale && !self.closing.contains(&i) {
+                    self.closing.push(i);
+                }
+            }
+        }
     }
 
     /// Take at most `max` receive buffers off the socket without waiting and hand their
@@ -224,7 +364,7 @@ impl Node {
             .try_recv_some(&mut self.batch, max)
             .context("receiving")?;
         if got > 0 {
-            self.handle_batch();
+            self.handle_batch(true);
         }
         Ok(got)
     }
@@ -234,6 +374,9 @@ impl Node {
         let now = self.now();
         if self.ep.poll_timeout().is_some_and(|t| t <= now) {
             self.ep.handle_timeout(now);
+        }
+        if self.dedicating {
+            self.prune_dedicated();
         }
         self.flush()
     }

@@ -39,6 +39,7 @@ pub struct Served {
 pub struct Ctl<'a> {
     poller: &'a mut Poller,
     epoch: Instant,
+    stop: bool,
 }
 
 impl Ctl<'_> {
@@ -57,6 +58,11 @@ impl Ctl<'_> {
     pub fn input_allowed(&mut self) -> bool {
         let now = time(self.epoch);
         self.poller.input_allowed(now)
+    }
+
+    /// Return from [`Engine::run_until`] after this callback (to add or remove sources).
+    pub fn stop(&mut self) {
+        self.stop = true;
     }
 }
 
@@ -107,6 +113,20 @@ impl Engine {
         Ok(s)
     }
 
+    /// Give source `s` a quota of its own ([`Poller::set_quota`]).
+    pub fn set_quota(&mut self, s: SourceId, quota: usize) -> io::Result<()> {
+        self.poller.set_quota(s, quota).map_err(invalid)
+    }
+
+    /// Stop watching receive source `s` (before its descriptor closes); its id is retired.
+    pub fn remove(&mut self, s: SourceId) -> io::Result<()> {
+        if let Some(fd) = self.fds.get_mut(s.0).and_then(Option::take) {
+            sys::epoll_del(&self.epoll, fd)?;
+        }
+        self.poller.retire(s);
+        Ok(())
+    }
+
     /// Register a transmit source (an output queue the callback drains).
     pub fn add_transmit(&mut self) -> SourceId {
         self.fds.push(None);
@@ -133,6 +153,7 @@ impl Engine {
         Ctl {
             poller: &mut self.poller,
             epoch: self.epoch,
+            stop: false,
         }
     }
 
@@ -166,20 +187,22 @@ impl Engine {
                 Next::Poll { source, quota } => {
                     since_collect += 1;
                     let start = Instant::now();
-                    let served = serve(
-                        &mut Ctl {
-                            poller: &mut self.poller,
-                            epoch: self.epoch,
-                        },
-                        source,
-                        quota,
-                    )?;
+                    let mut ctl = Ctl {
+                        poller: &mut self.poller,
+                        epoch: self.epoch,
+                        stop: false,
+                    };
+                    let served = serve(&mut ctl, source, quota)?;
+                    let stop = ctl.stop;
                     let busy = start.elapsed();
                     let now = time(self.epoch);
                     self.poller
                         .polled(now, source, served.handled, served.drained, busy);
                     if let (true, Some(Some(fd))) = (served.drained, self.fds.get(source.0)) {
                         sys::epoll_ctl(&self.epoll, libc::EPOLL_CTL_MOD, *fd, source.0 as u64)?;
+                    }
+                    if stop {
+                        return Ok(());
                     }
                 }
                 Next::Sleep { until } => {
@@ -232,6 +255,19 @@ mod sys {
         // SAFETY: `ep` is an open epoll descriptor; `ev` is a live event the kernel only reads.
         // A bad `fd` is an error return, not undefined behaviour.
         let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stop watching `fd`.
+    pub(super) fn epoll_del(ep: &OwnedFd, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as for `epoll_ctl` (the event is ignored by EPOLL_CTL_DEL on current kernels
+        // but must be non-null on old ones).
+        let r = unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {

@@ -224,7 +224,30 @@ pub struct UdpLink {
 impl UdpLink {
     /// A link bound to `local` (port 0 picks a free port), not connected, in blocking mode.
     pub fn bind(local: SocketAddr) -> io::Result<Self> {
+        Self::bind_with(local, false)
+    }
+
+    /// Like [`bind`](Self::bind), with `SO_REUSEPORT` set, so that [`dedicated`](Self::dedicated)
+    /// sockets may share its address. (Only sockets of the same user can join the port.)
+    pub fn bind_shared(local: SocketAddr) -> io::Result<Self> {
+        Self::bind_with(local, true)
+    }
+
+    /// A socket of its own for `peer`, on this (shared) link's address and connected to `peer`:
+    /// the kernel hands `peer`'s datagrams to it rather than to this one, so a receive engine
+    /// can serve it apart from whatever else floods this address. Fails unless this link was
+    /// made with [`bind_shared`](Self::bind_shared).
+    pub fn dedicated(&self, peer: SocketAddr) -> io::Result<UdpLink> {
+        let mut d = Self::bind_with(self.local, true)?;
+        d.connect(peer)?;
+        Ok(d)
+    }
+
+    fn bind_with(local: SocketAddr, shared: bool) -> io::Result<Self> {
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+        if shared {
+            sys::set_socket_option(socket.as_fd(), libc::SO_REUSEPORT, 1)?;
+        }
         socket.bind(&local.into())?;
         let local = socket
             .local_addr()?
@@ -1257,6 +1280,31 @@ mod tests {
     fn a_queue_without_offload_goes_datagram_by_datagram() {
         offload_roundtrip(false, true, true);
         offload_roundtrip(true, false, false);
+    }
+
+    #[test]
+    fn a_dedicated_socket_takes_its_peers_datagrams() {
+        let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let mut shared = UdpLink::bind_shared(any).unwrap();
+        let mut c = UdpLink::bind(any).unwrap();
+        let mut other = UdpLink::bind(any).unwrap();
+        let mut own = shared.dedicated(c.local_addr()).unwrap();
+        assert_eq!(own.local_addr(), shared.local_addr());
+        c.send_batch_to(&[b"from c"], shared.local_addr()).unwrap();
+        other
+            .send_batch_to(&[b"from other"], shared.local_addr())
+            .unwrap();
+        let mut batch = RecvBatch::new(4, 2048);
+        let t = Some(Duration::from_secs(5));
+        own.recv_timeout(&mut batch, t).unwrap();
+        assert_eq!(batch.get(0), Some(&b"from c"[..]));
+        shared.recv_timeout(&mut batch, t).unwrap();
+        assert_eq!(batch.get(0), Some(&b"from other"[..]));
+        assert_eq!(batch.source(0), Some(other.local_addr()));
+        assert!(UdpLink::bind(any)
+            .unwrap()
+            .dedicated(c.local_addr())
+            .is_err());
     }
 
     #[test]

@@ -207,6 +207,10 @@ struct Source {
     armed: bool,
     /// Has (or may have) work.
     pending: bool,
+    /// Closed: ignores notifications and wake-ups.
+    retired: bool,
+    /// This source's own quota, if not the configured one.
+    quota: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -269,8 +273,23 @@ impl Poller {
             dir,
             armed: true,
             pending: false,
+            retired: false,
+            quota: None,
         });
         SourceId(self.sources.len() - 1)
+    }
+
+    /// Give source `s` a quota of its own (a weight in the round-robin: a source that may only
+    /// be flooded, such as a listening socket, can take fewer packets per turn than the
+    /// sources of established peers). Zero is an error.
+    pub fn set_quota(&mut self, s: SourceId, quota: usize) -> Result<(), ConfigError> {
+        if quota == 0 {
+            return Err(ConfigError::ZeroQuota);
+        }
+        if let Some(x) = self.sources.get_mut(s.0) {
+            x.quota = Some(quota);
+        }
+        Ok(())
     }
 
     /// Register a consumer queue whose level inhibits input.
@@ -290,7 +309,7 @@ impl Poller {
     /// taken.
     pub fn interrupt(&mut self, s: SourceId) -> bool {
         match self.sources.get_mut(s.0) {
-            Some(x) if x.armed => {
+            Some(x) if x.armed && !x.retired => {
                 x.armed = false;
                 x.pending = true;
                 self.stats.interrupts += 1;
@@ -377,11 +396,12 @@ impl Poller {
             if s.pending && (input_ok || s.dir == Direction::Transmit) {
                 self.cursor = (i + 1) % n;
                 self.stats.polls += 1;
+                let own = s.quota.unwrap_or(usize::MAX);
                 return Next::Poll {
                     source: SourceId(i),
                     quota: match s.dir {
-                        Direction::Receive => rx_quota,
-                        Direction::Transmit => self.cfg.quota.unwrap_or(usize::MAX),
+                        Direction::Receive => rx_quota.min(own),
+                        Direction::Transmit => self.cfg.quota.unwrap_or(usize::MAX).min(own),
                     },
                 };
             }
@@ -411,7 +431,7 @@ impl Poller {
             if x.dir == Direction::Receive {
                 self.period_rx += handled as u64;
             }
-            if drained {
+            if drained && !x.retired {
                 x.pending = false;
                 x.armed = true;
             }
@@ -419,10 +439,20 @@ impl Poller {
         self.charge(now, busy);
     }
 
+    /// Retire source `s` (its socket closed): never pending, never armed again. Its id is
+    /// not reused.
+    pub fn retire(&mut self, s: SourceId) {
+        if let Some(x) = self.sources.get_mut(s.0) {
+            x.pending = false;
+            x.armed = false;
+            x.retired = true;
+        }
+    }
+
     /// Work for source `s` appeared without a notification (an output queue the driver
     /// itself filled): mark it pending.
     pub fn wake(&mut self, s: SourceId) {
-        if let Some(x) = self.sources.get_mut(s.0) {
+        if let Some(x) = self.sources.get_mut(s.0).filter(|x| !x.retired) {
             x.pending = true;
             x.armed = false;
         }
@@ -587,6 +617,32 @@ mod tests {
         assert!(p.inhibited(t(10_500)).is_some());
         p.idle();
         assert_eq!(p.inhibited(t(10_501)), None, "idle clears the account");
+    }
+
+    #[test]
+    fn a_source_may_have_a_quota_of_its_own() {
+        let mut p = Poller::new(PollConfig::default()).unwrap();
+        let listen = p.add_source(Direction::Receive);
+        let peer = p.add_source(Direction::Receive);
+        p.set_quota(listen, 2).unwrap();
+        assert!(p.set_quota(listen, 0).is_err());
+        p.interrupt(listen);
+        p.interrupt(peer);
+        assert_eq!(
+            p.next(t(0)),
+            Next::Poll {
+                source: listen,
+                quota: 2
+            }
+        );
+        p.polled(t(1), listen, 2, false, Duration::ZERO);
+        assert_eq!(
+            p.next(t(2)),
+            Next::Poll {
+                source: peer,
+                quota: 8
+            }
+        );
     }
 
     #[test]
