@@ -257,7 +257,10 @@ impl Node {
         }
         // A socket that cannot be made (descriptors exhausted) leaves the peer on the shared
         // one, which still works.
-        if let Ok(link) = self.link.dedicated(from) {
+        if let Ok(mut link) = self.link.dedicated(from) {
+            // Bulk data comes here: coalesced receives, and room to queue it.
+            let _ = link.set_gro(true);
+            let _ = link.set_recv_buffer_size(8 << 20);
             let i = match self.dedicated.iter().position(Option::is_none) {
                 Some(i) => i,
                 None => {
@@ -295,7 +298,11 @@ impl Node {
             .local_addr();
         let link = UdpLink::bind_shared(local)
             .with_context(|| format!("cannot listen on {local} (shared)"))?;
-        Node::with_link(link, key, allowed, stack, accelerate)
+        let mut node = Node::with_link(link, key, allowed, stack, accelerate)?;
+        // The listening socket now takes handshakes and strays: one datagram per buffer, so a
+        // receive quota counts datagrams (coalesced junk would make one buffer a flood).
+        let _ = node.link.set_gro(false);
+        Ok(node)
     }
 
     /// Whether dedicated sockets were opened since [`take_opened`](Self::take_opened).

@@ -387,6 +387,12 @@ pub struct Trial {
     pub forwarder: Forwarded,
 }
 
+/// Run the calling thread (and the processes it starts from now on) only on these CPUs; an
+/// empty list means all of them.
+pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    sys::pin_to_set(cpus)
+}
+
 /// Thread placement and priority.
 mod sys {
     use std::io;
@@ -394,13 +400,22 @@ mod sys {
 
     /// Pin the calling thread to `cpu`.
     pub(super) fn pin_to(cpu: usize) -> io::Result<()> {
+        pin_to_set(&[cpu])
+    }
+
+    /// Pin the calling thread to `cpus` (all CPUs the set can name when empty).
+    pub(super) fn pin_to_set(cpus: &[usize]) -> io::Result<()> {
+        let bits = 8 * mem::size_of::<libc::cpu_set_t>();
         // SAFETY: cpu_set_t is plain old data; all zeros is the empty set.
         let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
-        if cpu >= 8 * mem::size_of::<libc::cpu_set_t>() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no such CPU"));
+        let all: Vec<usize> = (0..bits).collect();
+        for &cpu in if cpus.is_empty() { &all[..] } else { cpus } {
+            if cpu >= bits {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "no such CPU"));
+            }
+            // SAFETY: `cpu` is within the set's bits (checked above).
+            unsafe { libc::CPU_SET(cpu, &mut set) };
         }
-        // SAFETY: `cpu` is within the set's bits (checked above).
-        unsafe { libc::CPU_SET(cpu, &mut set) };
         // SAFETY: `set` is a live cpu_set_t of the size passed; 0 is the calling thread.
         let r = unsafe { libc::sched_setaffinity(0, mem::size_of::<libc::cpu_set_t>(), &set) };
         if r < 0 {
