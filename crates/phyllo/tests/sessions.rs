@@ -484,3 +484,44 @@ fn sessions_rekey_before_the_key_limit_without_losing_or_reordering_anything() {
         assert!(s.datagrams_out <= 80 * sessions as u64, "{s:?}");
     }
 }
+
+#[test]
+fn under_load_one_flooding_address_is_rate_limited_before_any_mac_and_others_still_get_cookies() {
+    let sk = StaticKey::generate().unwrap();
+    let mut server = endpoint_with(
+        &sk,
+        &[],
+        false,
+        1,
+        SessionConfig {
+            handshakes_per_sec: 1,
+            ..SessionConfig::default()
+        },
+    );
+    // Initiations from strangers (valid mac1, keys the server does not allow).
+    let mut inits = Vec::new();
+    for seed in 0..8u8 {
+        let mut c = endpoint(&StaticKey::generate().unwrap(), &[], false, 10 + seed);
+        c.connect(Time(1), sk.public(), addr(1));
+        let mut d = Vec::new();
+        c.poll_transmit(&mut d).unwrap();
+        inits.push(d);
+    }
+    let (flooder, other) = (addr(66), addr(77));
+    let now = Time(2_000_000_000);
+    let rate_limited = |s: &SessionEndpoint| {
+        s.stats()
+            .dropped(phyllo::session::endpoint::Drop::RateLimited)
+    };
+    for i in 0..2000 {
+        server.handle_datagram(now, flooder, &inits[i % inits.len()]);
+    }
+    let limited = rate_limited(&server);
+    let replies = server.stats().cookie_replies;
+    assert!(limited > 1900, "{limited} of 2000 rate-limited");
+    assert!(replies <= 10, "{replies} cookie replies to one address");
+    // Another address is still answered with a cookie (under load, no DH).
+    server.handle_datagram(now, other, &inits[0]);
+    assert_eq!(server.stats().cookie_replies, replies + 1);
+    assert_eq!(rate_limited(&server), limited);
+}

@@ -106,6 +106,11 @@ pub struct SessionConfig {
     pub reject_after: u64,
     /// Diffie-Hellman handshakes per second beyond which initiations must carry a cookie.
     pub handshakes_per_sec: u32,
+    /// Under load, initiations (or anything claiming to be one) per second taken from one
+    /// IP address; more are dropped before any MAC is checked, so a flood from one host costs
+    /// a table lookup per datagram instead of a MAC and a cookie reply. (WireGuard's
+    /// limiter allows 20 per second.)
+    pub initiations_per_source_per_sec: u32,
     /// Sessions at most.
     pub max_sessions: usize,
     /// Bytes of unconfirmed and waiting messages kept per peer at most.
@@ -128,6 +133,7 @@ impl Default for SessionConfig {
             rekey_after: 1 << 22,
             reject_after: 1 << 23,
             handshakes_per_sec: 200,
+            initiations_per_source_per_sec: 20,
             max_sessions: 1 << 16,
             retain_limit: 8 << 20,
             epoch_ns: 0,
@@ -211,11 +217,13 @@ pub enum Drop {
     TooManySessions,
     /// Data its session refused (authentication, checksum, duplicate).
     Refused,
+    /// Under load, an initiation beyond its source address's rate.
+    RateLimited,
 }
 
 impl Drop {
     /// Every reason, in declaration order: a reason's counter is `drops[reason as usize]`.
-    pub const ALL: [Drop; 12] = [
+    pub const ALL: [Drop; 13] = [
         Drop::Truncated,
         Drop::UnknownType,
         Drop::UnknownIndex,
@@ -228,6 +236,7 @@ impl Drop {
         Drop::BadCookieReply,
         Drop::TooManySessions,
         Drop::Refused,
+        Drop::RateLimited,
     ];
 
     /// A short name for reports.
@@ -245,6 +254,7 @@ impl Drop {
             Drop::BadCookieReply => "bad cookie reply",
             Drop::TooManySessions => "too many sessions",
             Drop::Refused => "refused by session",
+            Drop::RateLimited => "rate-limited source",
         }
     }
 
@@ -604,6 +614,8 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     events: VecDeque<Event>,
     /// Theoretical arrival time of the handshake rate limiter (GCRA).
     load_tat: Time,
+    /// Under load, the per-source limiter's theoretical arrival times (GCRA), bounded.
+    sources: HashMap<std::net::IpAddr, Time>,
     stats: SessionEndpointStats,
 }
 
@@ -635,6 +647,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             load_tat: Time::ZERO,
+            sources: HashMap::new(),
             stats: SessionEndpointStats::default(),
         }
     }
@@ -1042,7 +1055,38 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.load_tat > now + Duration::from_secs(1)
     }
 
+    /// Under load, whether one more initiation from `from`'s address fits its rate (GCRA with
+    /// a burst of five). The table is bounded: when full, expired entries go, and if none has
+    /// expired, sources it does not hold are refused (while under load only).
+    fn source_allows(&mut self, now: Time, from: SocketAddr) -> bool {
+        const BURST: u32 = 5;
+        const MAX_SOURCES: usize = 4096;
+        let rate = self.cfg.initiations_per_source_per_sec.max(1);
+        let interval = Duration::from_secs(1) / rate;
+        let ip = from.ip();
+        if !self.sources.contains_key(&ip) && self.sources.len() >= MAX_SOURCES {
+            self.sources.retain(|_, tat| *tat > now);
+            if self.sources.len() >= MAX_SOURCES {
+                return false;
+            }
+        }
+        let tat = self.sources.entry(ip).or_insert(now);
+        if *tat > now + interval * BURST {
+            return false;
+        }
+        *tat = (*tat).max(now) + interval;
+        true
+    }
+
     fn on_initiation(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+        if self.under_load(now) {
+            if !self.source_allows(now, from) {
+                return Err(Drop::RateLimited);
+            }
+        } else if !self.sources.is_empty() {
+            // Load is over: the per-source state goes.
+            self.sources = HashMap::new();
+        }
         let (body, mac1, mac2) = self.jar.keys().check_mac1(d).ok_or(Drop::Mac1)?;
         if body.len() < 5 {
             return Err(Drop::Truncated);
