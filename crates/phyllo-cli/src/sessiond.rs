@@ -339,13 +339,22 @@ impl Node {
         let Some(Some((_, link))) = self.dedicated.get_mut(i) else {
             return Ok(0);
         };
-        let got = link
-            .try_recv_some(&mut self.batch, max)
-            .context("receiving")?;
-        if got > 0 {
-            self.handle_batch(false);
+        match link.try_recv_some(&mut self.batch, max) {
+            Ok(got) => {
+                if got > 0 {
+                    self.handle_batch(false);
+                }
+                Ok(got)
+            }
+            // A connected socket hears of the peer's errors (ICMP port unreachable when it has
+            // gone): that ends the socket, not the server; the session has its own timers.
+            Err(_) => {
+                if !self.closing.contains(&i) {
+                    self.closing.push(i);
+                }
+                Ok(0)
+            }
         }
-        Ok(got)
     }
 
     /// Mark for closing the dedicated sockets whose peer has no session any more or has

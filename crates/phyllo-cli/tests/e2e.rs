@@ -345,3 +345,47 @@ fn bad_input_gives_one_line_errors() {
     assert!(stdout(&o).contains("pings=20"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Clients come and go: each one that leaves makes its dedicated socket on the server hear
+/// "port unreachable", which must end that socket, not the server.
+#[test]
+fn serve_outlives_clients_that_come_and_go() {
+    let dir = tmpdir("comego");
+    let server = keygen(&dir, "server");
+    let clients: Vec<PathBuf> = (0..4).map(|i| keygen(&dir, &format!("c{i}"))).collect();
+    let mut serve = Command::new(BIN);
+    serve.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--print-addr",
+        "--accel",
+        "--key",
+    ]);
+    serve.arg(&server);
+    for c in &clients {
+        serve.args(["--allow", &pubfile(c)]);
+    }
+    let (mut srv, addr) = spawn_with_addr(serve);
+    for round in 0..2 {
+        for c in &clients {
+            let o = Command::new(BIN)
+                .args([
+                    "connect", &addr, "--accel", "--quiet", "--ping", "20", "--key",
+                ])
+                .arg(c)
+                .args(["--server-key", &pubfile(&server)])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success() && stdout(&o).contains("pings=20"),
+                "round {round}: {}",
+                stderr(&o)
+            );
+        }
+    }
+    assert!(
+        matches!(srv.0.try_wait(), Ok(None)),
+        "the server is still up"
+    );
+}
