@@ -43,12 +43,11 @@ impl Experiment for Bulk {
     }
 
     fn run(&self, ctx: &Ctx) -> Result<Outcome> {
-        let exe = std::env::current_exe().context("finding the phyllo executable")?;
-        if exe.file_stem().and_then(|s| s.to_str()) != Some("phyllo") {
+        let Some(exe) = super::phyllo_exe() else {
             return Ok(Outcome::Skipped(
                 "needs the `phyllo` executable for its two processes".into(),
             ));
-        }
+        };
         let dir = std::env::temp_dir().join(format!("phyllo-bulk-exp-{}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let result = measure(ctx, &exe, &dir);

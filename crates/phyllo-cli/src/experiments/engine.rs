@@ -59,7 +59,7 @@ impl Experiment for Engine {
     }
 
     fn title(&self) -> &'static str {
-        "Receive livelock and the polling engine (model)"
+        "Receive livelock and the polling engine: the model, real runs, serve under a flood"
     }
 
     fn seed_ref(&self) -> Option<&'static str> {
@@ -476,8 +476,7 @@ fn serve_flood(
     tables: &mut Vec<Table>,
 ) -> Result<()> {
     use phyllo::session::StaticKey;
-    let exe = std::env::current_exe()?;
-    if exe.file_stem().and_then(|s| s.to_str()) != Some("phyllo") {
+    if super::phyllo_exe().is_none() {
         return Ok(());
     }
     let dir = std::env::temp_dir().join(format!("phyllo-engine-exp-{}", std::process::id()));

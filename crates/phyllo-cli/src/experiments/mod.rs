@@ -32,3 +32,11 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(analyze::Analyze),
     ]
 }
+
+/// This program, if it is the `phyllo` executable (experiments that start `phyllo serve` or
+/// `phyllo connect` as child processes need it; under `cargo test` it is a test binary).
+fn phyllo_exe() -> Option<std::path::PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .filter(|p| p.file_stem().and_then(|s| s.to_str()) == Some("phyllo"))
+}

@@ -210,12 +210,7 @@ fn processes(
     table: &mut Table,
     text: &mut Vec<String>,
 ) -> Result<()> {
-    if std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .as_deref()
-        != Some("phyllo")
-    {
+    if super::phyllo_exe().is_none() {
         text.push("Two-process figures skipped: not run from the `phyllo` executable.".into());
         return Ok(());
     }
