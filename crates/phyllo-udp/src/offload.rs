@@ -168,11 +168,10 @@ impl TxQueue {
         }
     }
 
-    /// The bytes of datagram `i` (counting from the run's first) of run `r`.
-    pub(crate) fn datagram(&self, r: &Run, i: usize) -> &[u8] {
+    /// Where datagram `i` (counting from the run's first) of run `r` lies in the buffer.
+    pub(crate) fn datagram(&self, r: &Run, i: usize) -> std::ops::Range<usize> {
         let start = (r.start + i * r.segment).min(r.end);
-        let end = (start + r.segment.max(1)).min(r.end);
-        &self.buf[start..end]
+        start..(start + r.segment.max(1)).min(r.end)
     }
 }
 
@@ -231,7 +230,7 @@ mod tests {
         let shape: Vec<(usize, usize)> = q.runs.iter().map(|r| (r.segment, r.count())).collect();
         assert_eq!(shape, vec![(100, 4), (100, 2), (100, 1)]);
         assert_eq!(q.len(), 7);
-        assert_eq!(q.datagram(&q.runs[0], 3), &[40; 40][..]);
+        assert_eq!(&q.buf[q.datagram(&q.runs[0], 3)], &[40; 40][..]);
         // A longer datagram starts a run of its own.
         q.push(addr(2), &[1; 200]);
         assert_eq!(q.runs.len(), 4);
@@ -260,7 +259,7 @@ mod tests {
         q.push(addr(1), &[1]);
         assert_eq!(q.runs.len(), 3);
         assert_eq!(q.runs[0].count(), 1);
-        assert_eq!(q.datagram(&q.runs[1], 0), &[] as &[u8]);
+        assert_eq!(&q.buf[q.datagram(&q.runs[1], 0)], &[] as &[u8]);
         assert!(!q.push_with(|b| {
             b.push(7);
             None

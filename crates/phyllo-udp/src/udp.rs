@@ -82,8 +82,6 @@ pub struct RecvBatch {
     segments: Vec<usize>,
     /// Per slot: room for the control message that says so.
     controls: Vec<sys::Control>,
-    /// Whether the last receive asked for coalesced datagrams.
-    gro: bool,
     /// Whether the last receive asked for control messages (GRO or drop counts).
     controls_on: bool,
     /// The kernel's drop counter as the last receive reported it.
@@ -119,7 +117,6 @@ impl RecvBatch {
             names: vec![zeroed_storage(); slots],
             segments: vec![0; slots],
             controls: vec![sys::Control::default(); slots],
-            gro: false,
             controls_on: false,
             kernel_drops: None,
             filled: 0,
@@ -192,12 +189,10 @@ impl RecvBatch {
         })
     }
 
-    /// How many datagrams slot `i` holds.
+    /// How many datagrams slot `i` holds (as [`datagrams`](Self::datagrams) cuts it).
     fn count(&self, i: usize) -> usize {
-        match self.segments[i] {
-            0 => 1,
-            s => self.lens[i].min(self.capacity).div_ceil(s),
-        }
+        let d = self.get(i).unwrap_or_default();
+        offload::segments(d, self.segments[i], self.truncated[i]).count()
     }
 }
 
@@ -404,11 +399,7 @@ impl UdpLink {
         if datagrams.is_empty() {
             return Ok(0);
         }
-        let flags = if self.nonblocking {
-            libc::MSG_DONTWAIT
-        } else {
-            0
-        };
+        let flags = self.send_flags();
         let result = if self.batching {
             self.stats.send_calls += 1;
             match sys::send_mmsg(self.socket.as_fd(), datagrams, to, flags) {
@@ -428,6 +419,15 @@ impl UdpLink {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Flags of a send: don't wait in non-blocking mode.
+    fn send_flags(&self) -> libc::c_int {
+        if self.nonblocking {
+            libc::MSG_DONTWAIT
+        } else {
+            0
         }
     }
 
@@ -461,11 +461,7 @@ impl UdpLink {
     /// segmented message the kernel refuses switches segmentation off for good
     /// ([`is_gso`](Self::is_gso)) and is sent again one datagram at a time.
     pub fn send_queue(&mut self, queue: &mut TxQueue) -> io::Result<usize> {
-        let flags = if self.nonblocking {
-            libc::MSG_DONTWAIT
-        } else {
-            0
-        };
+        let flags = self.send_flags();
         let mut sent = 0;
         while !queue.is_empty() {
             self.gather(queue);
@@ -492,7 +488,7 @@ impl UdpLink {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(sent),
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) && self.batching => {
-                    self.batching = false;
+                    self.set_batching(false);
                 }
                 Err(_) if self.pieces.first().is_some_and(|p| p.segment > 0) => {
                     self.gso = false;
@@ -526,10 +522,8 @@ impl UdpLink {
                     if self.pieces.len() == MAX_BATCH {
                         break;
                     }
-                    let d = queue.datagram(r, i);
-                    let start = d.as_ptr() as usize - queue.buf.as_ptr() as usize;
                     self.pieces.push(sys::Piece {
-                        range: start..start + d.len(),
+                        range: queue.datagram(r, i),
                         segment: 0,
                         datagrams: 1,
                         to: r.to,
@@ -634,8 +628,8 @@ impl UdpLink {
         max: usize,
     ) -> io::Result<usize> {
         batch.filled = 0;
-        batch.gro = self.gro;
         batch.controls_on = self.gro || self.count_drops;
+        batch.kernel_drops = None;
         // A connected socket only receives from its peer: asking the kernel for the source
         // addresses anyway cost ~0.25 µs per receive on loopback (`rtt_breakdown` example:
         // UdpLink ping-pong 1.09-1.10 × raw UDP with them, 1.02-1.03 without).
@@ -645,7 +639,6 @@ impl UdpLink {
             match sys::recv_mmsg(self.socket.as_fd(), batch, flags, max) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.set_batching(false);
-                    batch.gro = false;
                     batch.controls_on = false;
                     self.recv_fallback(batch, flags, max)
                 }
@@ -657,9 +650,6 @@ impl UdpLink {
         match result {
             Ok(n) => {
                 batch.filled = n;
-                if !batch.gro {
-                    batch.segments[..n].fill(0);
-                }
                 if let Some(d) = batch.kernel_drops {
                     self.stats.kernel_drops = self.stats.kernel_drops.max(u64::from(d));
                 }
@@ -710,6 +700,7 @@ impl UdpLink {
                 Ok(len) => {
                     batch.lens[i] = len.min(cap);
                     batch.truncated[i] = len > cap;
+                    batch.segments[i] = 0;
                 }
                 Err(e) => return if i == 0 { Err(e) } else { Ok(i) },
             }
