@@ -230,11 +230,12 @@ fn serve_on_engine(
                 own.insert(engine.add_receive(sock)?, i);
             }
         }
+        // Until the endpoint's next timer (timers() above sent what was due).
         let wait = node.next_timer().map_or(Duration::from_millis(50), |t| {
             t.min(Duration::from_millis(50))
         });
-        engine.ctl().wake(tx);
-        engine.run_until(Some(Instant::now() + wait), |ctl, s, quota| {
+        let deadline = Instant::now() + wait;
+        engine.run_until(Some(deadline), |ctl, s, quota| {
             if s == rx || own.contains_key(&s) {
                 let got = match own.get(&s) {
                     Some(&i) => node.receive_dedicated(i, quota),
@@ -243,8 +244,13 @@ fn serve_on_engine(
                 .map_err(std::io::Error::other)?;
                 app.round(node).map_err(std::io::Error::other)?;
                 ctl.wake(tx);
-                if s == rx && node.has_opened() {
-                    // A new dedicated socket: register it before its peer's next datagram.
+                // Back to the loop for a new dedicated socket (register it before its peer's
+                // next datagram) or a timer this turn set earlier than the deadline (an
+                // acknowledgement, a retransmission).
+                let timer_first = node
+                    .next_timer()
+                    .is_some_and(|t| Instant::now() + t < deadline);
+                if timer_first || (s == rx && node.has_opened()) {
                     ctl.stop();
                 }
                 Ok(Served {

@@ -177,21 +177,13 @@ impl Engine {
             }
             if since_collect >= self.fds.len() {
                 since_collect = 0;
-                let n = sys::epoll_wait(&self.epoll, &mut events, Some(Duration::ZERO))?;
-                for e in &events[..n] {
-                    self.stats.notifications += 1;
-                    self.poller.interrupt(SourceId(e.u64 as usize));
-                }
+                self.collect(&mut events, Some(Duration::ZERO))?;
             }
             match self.poller.next(time(self.epoch)) {
                 Next::Poll { source, quota } => {
                     since_collect += 1;
                     let start = Instant::now();
-                    let mut ctl = Ctl {
-                        poller: &mut self.poller,
-                        epoch: self.epoch,
-                        stop: false,
-                    };
+                    let mut ctl = self.ctl();
                     let served = serve(&mut ctl, source, quota)?;
                     let stop = ctl.stop;
                     let busy = start.elapsed();
@@ -215,14 +207,25 @@ impl Engine {
                     let timeout = until.map(|u| u.saturating_duration_since(now));
                     self.stats.sleeps += 1;
                     since_collect = 0;
-                    let n = sys::epoll_wait(&self.epoll, &mut events, timeout)?;
-                    for e in &events[..n] {
-                        self.stats.notifications += 1;
-                        self.poller.interrupt(SourceId(e.u64 as usize));
-                    }
+                    self.collect(&mut events, timeout)?;
                 }
             }
         }
+    }
+
+    /// Wait for notifications (at most `timeout`; `Some(ZERO)` only looks) and hand them to
+    /// the poller as interrupts.
+    fn collect(
+        &mut self,
+        events: &mut [libc::epoll_event],
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        let n = sys::epoll_wait(&self.epoll, events, timeout)?;
+        for e in &events[..n] {
+            self.stats.notifications += 1;
+            self.poller.interrupt(SourceId(e.u64 as usize));
+        }
+        Ok(())
     }
 }
 
