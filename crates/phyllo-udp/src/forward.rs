@@ -70,7 +70,7 @@ pub struct Forwarded {
     pub forwarded: u64,
     /// Dropped at the `ipintrq` (baseline).
     pub drops_ipintrq: u64,
-    /// Dropped at the output queue (engine).
+    /// Dropped at the output queue (engine), or refused by the kernel when sent on.
     pub drops_output: u64,
     /// Dropped by the kernel at the input socket (`SO_RXQ_OVFL`).
     pub drops_socket: u64,
@@ -159,11 +159,13 @@ fn forward_engine(
             } else {
                 let n = outq.len().min(quota).min(MAX_BATCH);
                 let views: Vec<&[u8]> = outq.iter().take(n).map(Vec::as_slice).collect();
-                let sent = output.send_batch_to(&views, to).unwrap_or(n).max(1).min(n);
-                outq.drain(..sent);
-                f.forwarded += sent as u64;
+                // A blocking send stops only at an error: what it did not take is dropped.
+                let k = output.send_batch_to(&views, to).unwrap_or(0);
+                f.forwarded += k as u64;
+                f.drops_output += (n - k.min(n)) as u64;
+                outq.drain(..n);
                 Ok(Served {
-                    handled: sent,
+                    handled: n,
                     drained: outq.is_empty(),
                 })
             }
