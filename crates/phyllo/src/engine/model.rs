@@ -246,9 +246,9 @@ struct Sim {
     outq: VecDeque<Pkt>,
     screenq: VecDeque<Pkt>,
     /// Packets handed to the transmitter and not yet on the wire.
-    tx_waiting: VecDeque<Pkt>,
-    /// The packet on the wire and when it is done.
-    wire: Option<(Pkt, u64)>,
+    tx_waiting: usize,
+    /// When the packet on the wire is done, if one is.
+    wire: Option<u64>,
     /// Sent packets whose descriptors are not reclaimed yet.
     unreclaimed: usize,
     /// The baseline's receive interrupt handler is running.
@@ -298,7 +298,7 @@ impl Sim {
             ipintrq: VecDeque::new(),
             outq: VecDeque::new(),
             screenq: VecDeque::new(),
-            tx_waiting: VecDeque::new(),
+            tx_waiting: 0,
             wire: None,
             unreclaimed: 0,
             in_handler: false,
@@ -316,23 +316,23 @@ impl Sim {
         self.now >= self.window_start
     }
 
-    /// Nanoseconds until the next arrival after the one at `self.next_arrival`, and whether
-    /// that one opens a burst.
-    fn gap(&mut self) -> (u64, bool) {
+    /// Nanoseconds until the next arrival after the one at `self.next_arrival` (a burst's
+    /// first packet follows a gap that set `burst_left` to the burst's size).
+    fn gap(&mut self) -> u64 {
         let mean = 1e9 / self.s.rate.max(1e-9);
         match self.s.arrivals {
-            Arrivals::Periodic => (mean as u64, true),
-            Arrivals::Poisson => ((-self.rng.unit().ln() * mean) as u64, true),
+            Arrivals::Periodic => mean as u64,
+            Arrivals::Poisson => (-self.rng.unit().ln() * mean) as u64,
             Arrivals::Bursts { size, spacing } => {
                 let size = size.max(1);
                 if self.burst_left > 1 {
                     self.burst_left -= 1;
-                    (spacing.as_nanos() as u64, false)
+                    spacing.as_nanos() as u64
                 } else {
                     self.burst_left = size;
                     let period = mean * size as f64;
                     let within = spacing.as_nanos() as f64 * (size - 1) as f64;
-                    ((period - within).max(1.0) as u64, true)
+                    (period - within).max(1.0) as u64
                 }
             }
         }
@@ -341,7 +341,7 @@ impl Sim {
     /// Let the interface and the wire run up to `until` (arrivals, transmissions).
     fn advance_to(&mut self, until: u64) {
         loop {
-            let wire_done = self.wire.map(|w| w.1);
+            let wire_done = self.wire;
             let next = match wire_done {
                 Some(w) if w <= self.next_arrival => w,
                 _ => self.next_arrival,
@@ -351,12 +351,10 @@ impl Sim {
             }
             self.now = next;
             if wire_done == Some(next) {
-                if let Some((p, _)) = self.wire.take() {
-                    self.unreclaimed += 1;
-                    if self.measuring() {
-                        self.delivered += 1;
-                    }
-                    let _ = p;
+                self.wire = None;
+                self.unreclaimed += 1;
+                if self.measuring() {
+                    self.delivered += 1;
                 }
                 self.start_wire();
             } else {
@@ -384,15 +382,14 @@ impl Sim {
         } else if self.measuring() {
             self.drops.interface += 1;
         }
-        let (gap, _) = self.gap();
+        let gap = self.gap();
         self.next_arrival = self.now + gap.max(1);
     }
 
     fn start_wire(&mut self) {
-        if self.wire.is_none() {
-            if let Some(p) = self.tx_waiting.pop_front() {
-                self.wire = Some((p, self.now + self.s.costs.wire.as_nanos() as u64));
-            }
+        if self.wire.is_none() && self.tx_waiting > 0 {
+            self.tx_waiting -= 1;
+            self.wire = Some(self.now + self.s.costs.wire.as_nanos() as u64);
         }
     }
 
@@ -408,7 +405,7 @@ impl Sim {
     }
 
     fn free_descriptors(&self) -> usize {
-        let used = self.tx_waiting.len() + self.unreclaimed + usize::from(self.wire.is_some());
+        let used = self.tx_waiting + self.unreclaimed + usize::from(self.wire.is_some());
         self.s.tx_ring.saturating_sub(used)
     }
 
@@ -431,7 +428,7 @@ impl Sim {
         if p.first && p.arrived >= self.window_start {
             self.latencies.push(self.now - p.arrived);
         }
-        self.tx_waiting.push_back(p);
+        self.tx_waiting += 1;
         self.start_wire();
     }
 
@@ -496,7 +493,7 @@ impl Sim {
 
     /// The next time anything happens without the CPU (an arrival or the wire).
     fn next_event(&self) -> u64 {
-        let w = self.wire.map_or(u64::MAX, |w| w.1);
+        let w = self.wire.unwrap_or(u64::MAX);
         self.next_arrival.min(w)
     }
 
@@ -607,11 +604,6 @@ impl Sim {
                 if let Some(e) = &mut self.engine {
                     e.poller
                         .polled(Time(self.now), source, handled, drained, busy);
-                    if !drained && source == e.tx && self.outq.is_empty() {
-                        // Nothing queued: wait for the wire's notification.
-                        e.poller
-                            .polled(Time(self.now), source, 0, true, Duration::ZERO);
-                    }
                 }
             }
             Next::Sleep { until } => {
@@ -635,7 +627,7 @@ impl Sim {
     }
 
     fn run(mut self) -> Outcome {
-        let (gap, _) = self.gap();
+        let gap = self.gap();
         self.next_arrival = gap.min(1_000_000);
         while self.now < self.end {
             if self.engine.is_some() {

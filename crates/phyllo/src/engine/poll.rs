@@ -357,13 +357,14 @@ impl Poller {
         None
     }
 
-    /// When inhibited input resumes at the latest (a timeout or the end of the period).
+    /// When the first inhibition ends (a feedback timeout or the end of the period): the time
+    /// to look again.
     fn inhibit_ends(&self) -> Option<Time> {
-        let q = self.queues.iter().filter_map(|q| q.until).min();
-        match (q, self.cycle_until) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        self.queues
+            .iter()
+            .filter_map(|q| q.until)
+            .chain(self.cycle_until)
+            .min()
     }
 
     /// Whether input may be taken at `now`. A receive callback asks between packets, so that
