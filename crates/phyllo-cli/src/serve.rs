@@ -306,9 +306,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let mut node = if engine {
         // Established peers get sockets of their own, which the engine serves in turn with
         // the listening one: a flood of junk or handshakes fills only the latter.
-        let mut n = Node::bind_shared(addr, key, allowed, &args.stack, args.accel)?;
-        n.dedicate();
-        n
+        Node::bind_dedicating(addr, key, allowed, &args.stack, args.accel)?
     } else {
         Node::bind(addr, key, allowed, &args.stack, args.accel)?
     };

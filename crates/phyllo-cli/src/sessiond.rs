@@ -78,12 +78,19 @@ pub struct Node {
     /// Peers that received data since the caller last took this list.
     pub readable: Vec<PeerId>,
     /// Sockets of their own for peers with an established session, when on
-    /// ([`Node::dedicate`]): `(peer, socket)` by index, `None` once closed.
+    /// ([`Node::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
     dedicated: Vec<Option<(PeerId, UdpLink)>>,
     /// Indices of dedicated sockets opened, and to be closed, since the driver last looked.
     opened: Vec<usize>,
     closing: Vec<usize>,
     dedicating: bool,
+}
+
+/// Check a stack spec before binding anything, so a bad one is an error now, not a failed
+/// session.
+fn check_stack(stack: &str) -> Result<()> {
+    phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+    Ok(())
 }
 
 /// The most peers that get a socket of their own (each costs a descriptor); the rest share the
@@ -100,8 +107,7 @@ impl Node {
         stack: &str,
         accelerate: bool,
     ) -> Result<Node> {
-        // The spec is checked first, so a bad one is an error now, not a failed session.
-        phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+        check_stack(stack)?;
         let link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
         Node::with_link(link, key, allowed, stack, accelerate)
     }
@@ -273,26 +279,20 @@ impl Node {
         }
     }
 
-    /// Give every peer with an established session a socket of its own on this address, so
-    /// the kernel queues its datagrams apart from whatever else arrives (a flood of junk or
-    /// handshakes fills the shared socket, not theirs). Needs the node made by
-    /// [`bind_shared`](Self::bind_shared); a receive engine serves the sockets
-    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)).
-    pub fn dedicate(&mut self) {
-        self.dedicating = true;
-    }
-
-    /// Like [`bind`](Self::bind), on a socket other sockets of this user may share (for
-    /// [`dedicate`](Self::dedicate)). The address is claimed first with an ordinary bind, so a
-    /// port already in use is still an error.
-    pub fn bind_shared(
+    /// Like [`bind`](Self::bind), and every peer with an established session gets a socket of
+    /// its own on this address (SO_REUSEPORT, so only sockets of this user may share it), so the
+    /// kernel queues its datagrams apart from whatever else arrives: a flood of junk or
+    /// handshakes fills the listening socket, not theirs. A receive engine serves the sockets
+    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)). The address
+    /// is claimed first with an ordinary bind, so a port already in use is still an error.
+    pub fn bind_dedicating(
         addr: SocketAddr,
         key: StaticKey,
         allowed: Vec<PublicKey>,
         stack: &str,
         accelerate: bool,
     ) -> Result<Node> {
-        phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+        check_stack(stack)?;
         let local = UdpLink::bind(addr)
             .with_context(|| format!("cannot listen on {addr}"))?
             .local_addr();
@@ -302,6 +302,7 @@ impl Node {
         // The listening socket now takes handshakes and strays: one datagram per buffer, so a
         // receive quota counts datagrams (coalesced junk would make one buffer a flood).
         let _ = node.link.set_gro(false);
+        node.dedicating = true;
         Ok(node)
     }
 
