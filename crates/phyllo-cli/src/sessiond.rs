@@ -80,6 +80,8 @@ pub struct Node {
     /// Sockets of their own for peers with an established session, when on
     /// ([`Node::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
     dedicated: Vec<Option<(PeerId, UdpLink)>>,
+    /// The open ones by peer (a datagram on the shared socket asks whether its peer has one).
+    dedicated_of: std::collections::HashMap<PeerId, usize>,
     /// Indices of dedicated sockets opened, and to be closed, since the driver last looked.
     opened: Vec<usize>,
     closing: Vec<usize>,
@@ -153,6 +155,7 @@ impl Node {
             busy: false,
             readable: Vec::new(),
             dedicated: Vec::new(),
+            dedicated_of: std::collections::HashMap::new(),
             opened: Vec::new(),
             closing: Vec::new(),
             dedicating: false,
@@ -257,8 +260,7 @@ impl Node {
 
     /// Give peer `p` at `from` a socket of its own (unless it has one, or too many have).
     fn dedicate_to(&mut self, p: PeerId, from: SocketAddr) {
-        let live = self.dedicated.iter().flatten().count();
-        if live >= MAX_DEDICATED || self.dedicated.iter().flatten().any(|(q, _)| *q == p) {
+        if self.dedicated_of.len() >= MAX_DEDICATED || self.dedicated_of.contains_key(&p) {
             return;
         }
         // A socket that cannot be made (descriptors exhausted) leaves the peer on the shared
@@ -275,6 +277,7 @@ impl Node {
                 }
             };
             self.dedicated[i] = Some((p, link));
+            self.dedicated_of.insert(p, i);
             self.opened.push(i);
         }
     }
@@ -325,8 +328,8 @@ impl Node {
 
     /// Close dedicated socket `i`.
     pub fn close_dedicated(&mut self, i: usize) {
-        if let Some(d) = self.dedicated.get_mut(i) {
-            *d = None;
+        if let Some((p, _)) = self.dedicated.get_mut(i).and_then(Option::take) {
+            self.dedicated_of.remove(&p);
         }
     }
 
