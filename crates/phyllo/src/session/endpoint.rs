@@ -616,6 +616,8 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     load_tat: Time,
     /// Under load, the per-source limiter's theoretical arrival times (GCRA), bounded.
     sources: HashMap<std::net::IpAddr, Time>,
+    /// When the full table was last swept of expired entries.
+    sources_swept: Time,
     stats: SessionEndpointStats,
 }
 
@@ -648,6 +650,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             events: VecDeque::new(),
             load_tat: Time::ZERO,
             sources: HashMap::new(),
+            sources_swept: Time::ZERO,
             stats: SessionEndpointStats::default(),
         }
     }
@@ -1065,6 +1068,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let interval = Duration::from_secs(1) / rate;
         let ip = from.ip();
         if !self.sources.contains_key(&ip) && self.sources.len() >= MAX_SOURCES {
+            // Sweep out expired entries at most every 100 ms: a flood from many addresses
+            // would otherwise pay a scan of the whole table per datagram.
+            if now < self.sources_swept + Duration::from_millis(100) {
+                return false;
+            }
+            self.sources_swept = now;
             self.sources.retain(|_, tat| *tat > now);
             if self.sources.len() >= MAX_SOURCES {
                 return false;
