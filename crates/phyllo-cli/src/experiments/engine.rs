@@ -297,7 +297,8 @@ impl Experiment for Engine {
                  1. 4.2BSD: a receive thread at SCHED_FIFO 50 → ipintrq of 50 → protocol thread \
                  at SCHED_FIFO 40; the engine: one thread, quota 8. Real MLFRR: the highest \
                  delivered rate with at most 2 % loss. `engine.idle_cpu_percent`: the process's \
-                 CPU time (getrusage) while an engine forwarder waits with no traffic."
+                 CPU time (utime + stime from /proc/self/stat, 10 ms ticks) while an engine \
+                 forwarder waits with no traffic."
                     .into(),
                 "`phyllo serve` under a flood: a child `phyllo serve --accel` (on the engine, \
                  and with `--no-engine`) holds a session with this process, which counts \
@@ -361,7 +362,9 @@ fn real_runs(
             name: name.into(),
             points: vec![],
         };
-        let (mut mlfrr, mut last, mut low_wakeups) = (0.0f64, 0.0, f64::NAN);
+        // The highest loss-free delivered rate, the last trial's (offered, delivered), and
+        // wake-ups per packet at the second (low) rate.
+        let (mut mlfrr, mut last, mut low_wakeups) = (0.0f64, (0.0, 0.0), f64::NAN);
         for &r in &rates {
             let t = trial(design, ForwardConfig::default(), r, secs)?;
             let f = t.forwarder;
@@ -371,10 +374,11 @@ fn real_runs(
             if t.delivered >= 0.98 * t.offered {
                 mlfrr = mlfrr.max(t.delivered);
             }
+            let wakeups = f.wakeups as f64 / f.received.max(1) as f64;
             if r == rates[1] {
-                low_wakeups = f.wakeups as f64 / f.received.max(1) as f64;
+                low_wakeups = wakeups;
             }
-            last = t.delivered;
+            last = (t.offered, t.delivered);
             series.points.push((t.offered, t.delivered));
             table.rows.push(vec![
                 name.into(),
@@ -384,10 +388,10 @@ fn real_runs(
                     "{} / {} / {}",
                     f.drops_socket, f.drops_ipintrq, f.drops_output
                 ),
-                format!("{:.3}", f.wakeups as f64 / f.received.max(1) as f64),
+                format!("{wakeups:.3}"),
             ]);
         }
-        let ratio = if mlfrr > 0.0 { last / mlfrr } else { 0.0 };
+        let ratio = if mlfrr > 0.0 { last.1 / mlfrr } else { 0.0 };
         match design {
             Real::Baseline => {
                 figures.push(("engine.real_baseline_overload_ratio".into(), ratio));
@@ -402,7 +406,7 @@ fn real_runs(
                 ));
                 figures.push((
                     "engine.real_highest_offered_over_mlfrr".into(),
-                    rates[rates.len() - 1] / mlfrr.max(1.0),
+                    last.0 / mlfrr.max(1.0),
                 ));
             }
         }
