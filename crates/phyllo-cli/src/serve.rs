@@ -269,6 +269,35 @@ fn serve_on_engine(
     Ok(())
 }
 
+/// Serve with the plain loop: wait for input (up to 50 ms, or not at all when a raw-echo
+/// socket is polled beside the session socket), serve the application, send its answers.
+fn serve_on_loop(
+    node: &mut Node,
+    app: &mut App<'_>,
+    stop: &std::sync::atomic::AtomicBool,
+    raw: Option<&std::net::UdpSocket>,
+) -> Result<()> {
+    let mut raw_buf = vec![0u8; 65_536];
+    while !sessiond::is_set(stop) && !app.done() {
+        match raw {
+            // Poll both sockets without sleeping in either.
+            Some(r) => {
+                node.pump(Duration::ZERO)?;
+                while let Ok((n, from)) = r.recv_from(&mut raw_buf) {
+                    let _ = r.send_to(&raw_buf[..n], from);
+                }
+            }
+            None => {
+                node.pump(Duration::from_millis(50))?;
+            }
+        }
+        app.round(node)?;
+        // Answers go out now, not after the next wait for input.
+        node.flush()?;
+    }
+    Ok(())
+}
+
 /// Run the server.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let key = crate::keys::read_private(&args.key)?;
@@ -300,7 +329,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let mut raw_buf = vec![0u8; 65_536];
     let addr = sessiond::parse_addr(&args.listen)?;
     let engine = !(args.no_engine || args.busy_poll || raw.is_some());
     let mut node = if engine {
@@ -336,23 +364,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let started = Instant::now();
     if engine {
         serve_on_engine(&mut node, &mut app, &stop)?;
-    }
-    while !engine && !sessiond::is_set(&stop) && !app.done() {
-        match &raw {
-            // Poll both sockets without sleeping in either.
-            Some(r) => {
-                node.pump(Duration::ZERO)?;
-                while let Ok((n, from)) = r.recv_from(&mut raw_buf) {
-                    let _ = r.send_to(&raw_buf[..n], from);
-                }
-            }
-            None => {
-                node.pump(Duration::from_millis(50))?;
-            }
-        }
-        app.round(&mut node)?;
-        // Answers go out now, not after the next wait for input.
-        node.flush()?;
+    } else {
+        serve_on_loop(&mut node, &mut app, &stop, raw.as_ref())?;
     }
     if app.done() {
         // Let the last answers be confirmed before going.
