@@ -11,7 +11,9 @@
 //! - [`engine`]: the receive engine (seed 002): `epoll` one-shot notifications driving the
 //!   library's `Poller` — quota, round-robin, feedback, a CPU share, early drop in the socket.
 //! - [`forward`]: seed 002's router between sockets, on the engine or as 4.2BSD's threads
-//!   with real-time priorities, and the paced generator that loads it.
+//!   with real-time priorities, with `screend` or a monitor behind it, and the paced
+//!   generator that loads it.
+//! - [`netns`]: test hosts in network namespaces joined by veth pairs.
 //! - [`driver`]: [`UdpDriver`](driver::UdpDriver), one connection over a `UdpLink`.
 //! - [`rawudp`]: raw-UDP baselines (ping-pong, stream) that phyllo's timings are divided by.
 
@@ -20,6 +22,7 @@
 pub mod driver;
 pub mod engine;
 pub mod forward;
+pub mod netns;
 pub mod offload;
 pub mod rawudp;
 pub mod udp;

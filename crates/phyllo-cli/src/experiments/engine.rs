@@ -442,7 +442,7 @@ fn idle_cpu_percent(quick: bool) -> Result<f64> {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             forward(
-                input,
+                vec![input],
                 output,
                 to,
                 Real::Engine(PollConfig::default()),
