@@ -29,7 +29,7 @@ mod sys;
 pub mod trial;
 
 pub use stage::{StageKind, UserStage, SNAPLEN};
-pub use trial::{generate, trial, Offer, Setup, Testbed, Trial};
+pub use trial::{burst_latency, generate, trial, Offer, Setup, Testbed, Trial};
 
 use crate::engine::{Engine, Served};
 use crate::udp::{RecvBatch, UdpLink, MAX_BATCH};
@@ -181,9 +181,26 @@ fn forward_engine(
     // Per input: datagrams received but not yet handled (input inhibited mid-batch).
     let mut pending: Vec<VecDeque<Vec<u8>>> = vec![VecDeque::new(); inputs.len()];
     let mut outq: VecDeque<Vec<u8>> = VecDeque::new();
-    // Queue `p` for output, or count it dropped.
-    let enqueue = |outq: &mut VecDeque<Vec<u8>>, f: &mut Forwarded, p: Vec<u8>| {
-        if outq.len() < cfg.output_queue {
+    // Output of a packet handled to completion: an idle transmitter is started at once, as
+    // 4.2BSD's `ip_output` starts an inactive interface, so the first packet of a burst leaves
+    // before the rest are received (seed §8.2). The transmitter then counts as active until
+    // the transmit source has had its turn (the transmit interrupt); what comes meanwhile
+    // queues, and the transmit source sends the queue in batches. Returns whether the transmit
+    // source has work.
+    let mut active = false;
+    let output_or_queue = |out: &mut UdpLink,
+                           outq: &mut VecDeque<Vec<u8>>,
+                           active: &mut bool,
+                           f: &mut Forwarded,
+                           p: Vec<u8>| {
+        if !*active {
+            match out.send_batch_to(&[&p], to) {
+                Ok(1) => f.forwarded += 1,
+                _ => f.drops_output += 1,
+            }
+            *active = true;
+            true
+        } else if outq.len() < cfg.output_queue {
             outq.push_back(p);
             true
         } else {
@@ -220,7 +237,7 @@ fn forward_engine(
                     spin(cfg.ip);
                     match &stage {
                         None => {
-                            if enqueue(&mut outq, &mut f, p) {
+                            if output_or_queue(&mut output, &mut outq, &mut active, &mut f, p) {
                                 ctl.wake(tx);
                             }
                         }
@@ -253,7 +270,7 @@ fn forward_engine(
                         break;
                     };
                     handled += 1;
-                    if enqueue(&mut outq, &mut f, p) {
+                    if output_or_queue(&mut output, &mut outq, &mut active, &mut f, p) {
                         ctl.wake(tx);
                     }
                 }
@@ -269,6 +286,7 @@ fn forward_engine(
                 f.forwarded += k as u64;
                 f.drops_output += (n - k.min(n)) as u64;
                 outq.drain(..n);
+                active = !outq.is_empty();
                 Ok(Served {
                     handled: n,
                     drained: outq.is_empty(),

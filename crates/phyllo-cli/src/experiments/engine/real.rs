@@ -8,7 +8,7 @@ use crate::report::{Plot, Section, Series, Table};
 use anyhow::Result;
 use phyllo::engine::{CycleLimit, PollConfig};
 use phyllo_udp::forward::{
-    trial, Design, ForwardConfig, Forwarded, Offer, Setup, Testbed, Trial, UserStage,
+    self, trial, Design, ForwardConfig, Forwarded, Offer, Setup, Testbed, Trial, UserStage,
 };
 use std::time::Duration;
 
@@ -131,6 +131,7 @@ pub(super) fn runs(quick: bool, out: &mut Section) -> Result<()> {
     cycle_limit(secs, out)?;
     garbage_flood(mlfrr, secs, out)?;
     namespaces(mlfrr, secs, out)?;
+    burst_latency(quick, out)?;
     out.text.push(
         "Real runs: `phyllo_udp::forward` — generators on CPU 1 offer 32-byte datagrams in \
          bursts of 8 to a forwarder pinned to CPU 0 (10 µs of simulated link work and 20 µs of \
@@ -420,6 +421,45 @@ fn garbage_flood(mlfrr: f64, secs: Duration, out: &mut Section) -> Result<()> {
         ]);
     }
     out.tables.push(table);
+    Ok(())
+}
+
+/// Seed Figs. 1 and 14: first-packet latency by burst size.
+fn burst_latency(quick: bool, out: &mut Section) -> Result<()> {
+    let bursts = if quick { 50 } else { 300 };
+    let mut plot = Plot {
+        id: "engine_real_burst_latency".into(),
+        title: "First-packet latency by burst size, real sockets (seed Figs. 1, 14)".into(),
+        x_label: "packets in the burst".into(),
+        y_label: "µs from the burst's send to its first datagram at the sink (median)".into(),
+        ..Plot::default()
+    };
+    for (name, key, design) in [
+        ("4.2BSD", "baseline", Design::Baseline),
+        ("engine, quota 8", "engine", engine(8)),
+    ] {
+        let mut series = Series {
+            name: name.into(),
+            points: vec![],
+        };
+        for size in 1..=16usize {
+            let l = forward::burst_latency(
+                design,
+                ForwardConfig::default(),
+                size,
+                bursts,
+                Duration::from_millis(2),
+            )?;
+            let us = l.as_secs_f64() * 1e6;
+            series.points.push((size as f64, us));
+            if size == 1 || size == 16 {
+                out.figures
+                    .push((format!("engine.real_first_packet_us.{key}.burst{size}"), us));
+            }
+        }
+        plot.series.push(series);
+    }
+    out.plots.push(plot);
     Ok(())
 }
 
