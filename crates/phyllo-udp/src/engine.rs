@@ -118,6 +118,11 @@ impl Engine {
         self.poller.set_quota(s, quota).map_err(invalid)
     }
 
+    /// Give receive source `s` a CPU share of its own ([`Poller::set_share`]).
+    pub fn set_share(&mut self, s: SourceId, share: f64) -> io::Result<()> {
+        self.poller.set_share(s, share).map_err(invalid)
+    }
+
     /// Stop watching receive source `s` (before its descriptor closes); its id is retired.
     pub fn remove(&mut self, s: SourceId) -> io::Result<()> {
         if let Some(fd) = self.fds.get_mut(s.0).and_then(Option::take) {
@@ -538,6 +543,55 @@ mod tests {
         );
         let grew = rss().saturating_sub(before);
         assert!(grew <= 16 << 20, "memory grew {grew} bytes under the flood");
+    }
+
+    /// A flooded source over its own share waits for the next period: the engine sleeps
+    /// (leaving the CPU to other threads) although the flood never stops.
+    #[test]
+    fn a_flooded_source_over_its_share_lets_the_engine_sleep() {
+        let any = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
+        let mut flooded = UdpLink::bind(any).unwrap();
+        let to = flooded.local_addr();
+        let mut engine = Engine::new(PollConfig::default()).unwrap();
+        let a = engine.add_receive(&flooded).unwrap();
+        engine.set_share(a, 0.1).unwrap();
+        assert!(engine.set_share(a, 0.0).is_err());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flood = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut l = UdpLink::bind(any).unwrap();
+                let junk = [0xffu8; 200];
+                let views = vec![&junk[..]; MAX_BATCH];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = l.send_batch_to(&views, to);
+                }
+            })
+        };
+        let mut batch = RecvBatch::new(MAX_BATCH, 2048);
+        let mut taken = 0;
+        engine
+            .run_until(
+                Some(Instant::now() + Duration::from_millis(200)),
+                |_, _, quota| {
+                    let n = flooded.try_recv_some(&mut batch, quota)?;
+                    // Work worth a share: 20 µs per datagram.
+                    let t = Instant::now() + Duration::from_micros(20) * n as u32;
+                    while Instant::now() < t {}
+                    taken += n;
+                    Ok(Served {
+                        handled: n,
+                        drained: n < quota,
+                    })
+                },
+            )
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flood.join().unwrap();
+        let p = engine.poll_stats();
+        assert!(taken > 0);
+        assert!(p.share_inhibits >= 5, "{p:?}");
+        assert!(engine.stats().sleeps >= 5, "{:?}", engine.stats());
     }
 
     #[test]

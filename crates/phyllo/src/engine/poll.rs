@@ -16,6 +16,9 @@
 //! - **CPU-share limit** (§7): busy time per period is summed; above the share, input is
 //!   inhibited until the period ends. [`Poller::idle`] (the system had nothing else to run)
 //!   clears the sum, as the seed's idle thread does.
+//! - **A source's own share** ([`Poller::set_share`]): the same accounting for one receive
+//!   source alone — a socket that strangers can flood (a listening socket) may take at most
+//!   its share of each period, and the other sources (established peers) are served as before.
 //! - Inhibiting input only stops polling receive sources: their packets stay in the socket
 //!   (or interface) buffer, where the kernel drops what does not fit — the early drop of §5.1,
 //!   before any work was invested. Transmit sources are always served (§7: the limit inhibits
@@ -104,6 +107,10 @@ impl Watermarks {
         }
     }
 }
+
+/// The accounting period of a source's own share when no cycle limit sets one (the seed's
+/// 10 ms).
+const SHARE_PERIOD: Duration = Duration::from_millis(10);
 
 /// The CPU-share limit of §7.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -198,6 +205,8 @@ pub struct PollStats {
     pub feedback_timeouts: u64,
     /// Times the CPU limit inhibited input.
     pub cycle_inhibits: u64,
+    /// Times a source used its own share and waited for the next period.
+    pub share_inhibits: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -211,6 +220,14 @@ struct Source {
     retired: bool,
     /// This source's own quota, if not the configured one.
     quota: Option<usize>,
+    /// This source's own CPU share, if it has one.
+    share: Option<f64>,
+    /// Time spent serving it in its current period.
+    busy: Duration,
+    /// When its current period started.
+    period_start: Time,
+    /// Not polled until this time: it used its share.
+    until: Option<Time>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -275,6 +292,10 @@ impl Poller {
             pending: false,
             retired: false,
             quota: None,
+            share: None,
+            busy: Duration::ZERO,
+            period_start: Time::ZERO,
+            until: None,
         });
         SourceId(self.sources.len() - 1)
     }
@@ -290,6 +311,26 @@ impl Poller {
             x.quota = Some(quota);
         }
         Ok(())
+    }
+
+    /// Give receive source `s` a CPU share of its own, in (0, 1]: the time spent serving it is
+    /// summed per period (the cycle limit's, else 10 ms), and once above `share` of the period
+    /// it is not polled until the period ends — its packets wait in the socket, where the
+    /// kernel drops what does not fit. The other sources are served meanwhile, and when they
+    /// have nothing the driver sleeps, leaving the CPU to other threads.
+    pub fn set_share(&mut self, s: SourceId, share: f64) -> Result<(), ConfigError> {
+        let period = self.share_period();
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(ConfigError::CycleLimit { share, period });
+        }
+        if let Some(x) = self.sources.get_mut(s.0) {
+            x.share = Some(share);
+        }
+        Ok(())
+    }
+
+    fn share_period(&self) -> Duration {
+        self.cfg.cycle_limit.map_or(SHARE_PERIOD, |c| c.period)
     }
 
     /// Register a consumer queue whose level inhibits input.
@@ -394,7 +435,8 @@ impl Poller {
         for k in 0..n {
             let i = (self.cursor + k) % n;
             let s = self.sources[i];
-            if s.pending && (input_ok || s.dir == Direction::Transmit) {
+            let own_share_left = s.until.is_none_or(|t| now >= t);
+            if s.pending && own_share_left && (input_ok || s.dir == Direction::Transmit) {
                 self.cursor = (i + 1) % n;
                 self.stats.polls += 1;
                 let own = s.quota.unwrap_or(usize::MAX);
@@ -407,13 +449,18 @@ impl Poller {
                 };
             }
         }
-        let blocked = self
+        // Pending receive sources wait for input to resume, or for their own period to end.
+        let resume = if input_ok { None } else { self.inhibit_ends() };
+        let until = self
             .sources
             .iter()
-            .any(|s| s.pending && s.dir == Direction::Receive);
-        Next::Sleep {
-            until: if blocked { self.inhibit_ends() } else { None },
-        }
+            .filter(|s| s.pending && s.dir == Direction::Receive)
+            .filter_map(|s| match s.until {
+                Some(t) if now < t => Some(resume.map_or(t, |r| r.max(t))),
+                _ => resume,
+            })
+            .min();
+        Next::Sleep { until }
     }
 
     /// Source `s` was served at `now`: it handled `handled` packets in `busy` time and is
@@ -428,9 +475,23 @@ impl Poller {
         busy: Duration,
     ) {
         self.stats.packets += handled as u64;
+        let period = self.share_period();
         if let Some(x) = self.sources.get_mut(s.0) {
             if x.dir == Direction::Receive {
                 self.period_rx += handled as u64;
+            }
+            if let Some(share) = x.share {
+                let p = period.as_nanos() as u64;
+                if now.0 >= x.period_start.0.saturating_add(p) {
+                    x.period_start = Time(now.0 - now.0 % p.max(1));
+                    x.busy = Duration::ZERO;
+                    x.until = None;
+                }
+                x.busy += busy;
+                if x.until.is_none() && x.busy.as_secs_f64() > share * period.as_secs_f64() {
+                    x.until = Some(Time(x.period_start.0.saturating_add(p)));
+                    self.stats.share_inhibits += 1;
+                }
             }
             if drained && !x.retired {
                 x.pending = false;
@@ -511,6 +572,52 @@ mod tests {
 
     fn t(us: u64) -> Time {
         Time(us * 1000)
+    }
+
+    #[test]
+    fn a_source_over_its_share_waits_for_the_next_period_while_others_are_served() {
+        let mut p = Poller::new(PollConfig::default()).unwrap();
+        let flooded = p.add_source(Direction::Receive);
+        let peer = p.add_source(Direction::Receive);
+        p.set_share(flooded, 0.25).unwrap();
+        assert!(p.set_share(flooded, 0.0).is_err());
+        assert!(p.set_share(flooded, 1.5).is_err());
+        p.interrupt(flooded);
+        // 3 ms of a 10 ms period: over a quarter.
+        assert_eq!(
+            p.next(t(0)),
+            Next::Poll {
+                source: flooded,
+                quota: 8
+            }
+        );
+        p.polled(t(3000), flooded, 8, false, Duration::from_millis(3));
+        assert_eq!(p.stats().share_inhibits, 1);
+        // Still pending, but not polled: nothing else to do until the period ends.
+        assert_eq!(
+            p.next(t(3000)),
+            Next::Sleep {
+                until: Some(t(10_000))
+            }
+        );
+        // The peer's socket is served meanwhile.
+        p.interrupt(peer);
+        assert_eq!(
+            p.next(t(4000)),
+            Next::Poll {
+                source: peer,
+                quota: 8
+            }
+        );
+        p.polled(t(4100), peer, 1, true, Duration::from_micros(100));
+        // The next period: the flooded source is served again.
+        assert_eq!(
+            p.next(t(10_000)),
+            Next::Poll {
+                source: flooded,
+                quota: 8
+            }
+        );
     }
 
     #[test]

@@ -64,7 +64,19 @@ fn serve_flood_runs(
         .to_vec(),
         rows: vec![],
     };
-    for (name, extra) in [("engine", None), ("--no-engine", Some("--no-engine"))] {
+    for (name, extra, figure) in [
+        ("engine", &[][..], "engine.serve_flood_goodput_ratio"),
+        (
+            "engine, --listen-share 1",
+            &["--listen-share", "1"][..],
+            "engine.serve_flood_goodput_ratio_no_share",
+        ),
+        (
+            "--no-engine",
+            &["--no-engine"][..],
+            "engine.serve_flood_goodput_ratio_no_engine",
+        ),
+    ] {
         let mut args = vec![
             "--listen",
             "127.0.0.1:0",
@@ -169,14 +181,7 @@ fn serve_flood_runs(
         stop.store(true, Ordering::Relaxed);
         let rate = flood.join().unwrap_or(0);
         let ratio = if quiet > 0.0 { flooded / quiet } else { 0.0 };
-        out.figures.push((
-            if extra.is_none() {
-                "engine.serve_flood_goodput_ratio".into()
-            } else {
-                "engine.serve_flood_goodput_ratio_no_engine".into()
-            },
-            ratio,
-        ));
+        out.figures.push((figure.into(), ratio));
         table.rows.push(vec![
             name.into(),
             format!("{quiet:.0}"),
