@@ -10,13 +10,15 @@
 //! spent on them — and counts it (`UdpLink::set_drop_counting`). Transmit sources have no file
 //! descriptor; the application [`Ctl::wake`]s them when it queues output.
 //!
-//! What this adds over the kernel's own NAPI (which already polls the NIC with a budget) and
-//! over busy-poll sockets: NAPI protects the kernel's softirq work, not the application's; a
-//! user-space server can still livelock between its sockets and its own queues (reading without
-//! bound while its consumers or its output starve). The engine applies the seed's discipline at
-//! that level: bounded work per socket per turn, round-robin between input and output, feedback
-//! from the application's queues, a CPU share for packet work, and sleep in `epoll` when idle
-//! (no busy-polling core).
+//! What this adds over the kernel's own NAPI (which already polls the NIC with a budget), over
+//! busy-poll sockets and over IRQ suspension (which let an application drive that polling and
+//! keep the device's interrupts off while it does): all three protect the kernel's softirq
+//! work, not the application's; a user-space server can still livelock between its sockets and
+//! its own queues (reading without bound while its consumers or its output starve). The engine
+//! applies the seed's discipline at that level: bounded work per socket per turn, round-robin
+//! between input and output, feedback from the application's queues, a CPU share for packet
+//! work and for each flooded source, and sleep in `epoll` when idle (no busy-polling core). The
+//! report's `engine` experiment measures the difference on this machine.
 
 use phyllo::engine::{
     ConfigError, Direction, Next, PollConfig, PollStats, Poller, QueueId, SourceId, Watermarks,

@@ -306,10 +306,12 @@ impl Experiment for Engine {
                  initiations (valid mac1, keys the server does not allow) at the highest rate it \
                  can. The server runs on the engine with its defaults (the listening socket \
                  limited to 5 % of each 10 ms, established peers on sockets of their own), on the \
-                 engine without that limit (`--listen-share 1`), and with `--no-engine`. Server \
-                 and client share CPU 0, so the echo loop is CPU-bound and any CPU the server \
-                 spends on the flood comes out of it. `engine.serve_flood_goodput_ratio` = echoes \
-                 under the flood / without, on the defaults (goal ≥ 0.90)."
+                 engine without that limit (`--listen-share 1`), with `--no-engine` (a blocking \
+                 loop left to the kernel's scheduling) and with `--busy-poll` (a loop spinning \
+                 on its sockets, as busy-poll sockets do in the kernel). Server and client share \
+                 CPU 0, so the echo loop is CPU-bound and any CPU the server spends on the flood \
+                 comes out of it. `engine.serve_flood_goodput_ratio` = echoes under the flood / \
+                 without, on the defaults (goal ≥ 0.90)."
                     .into(),
         );
 

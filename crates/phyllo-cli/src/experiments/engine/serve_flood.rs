@@ -76,6 +76,11 @@ fn serve_flood_runs(
             &["--no-engine"][..],
             "engine.serve_flood_goodput_ratio_no_engine",
         ),
+        (
+            "--busy-poll (no engine)",
+            &["--busy-poll"][..],
+            "engine.serve_flood_goodput_ratio_busy_poll",
+        ),
     ] {
         let mut args = vec![
             "--listen",
