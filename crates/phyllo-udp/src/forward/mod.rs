@@ -485,6 +485,11 @@ fn forward_baseline(
     Ok(f)
 }
 
+/// CPU time this process has used so far, user plus system (`getrusage`).
+pub fn process_cpu_time() -> io::Result<Duration> {
+    sys::process_cpu_time()
+}
+
 /// Run the calling thread (and the processes it starts from now on) only on these CPUs; an
 /// empty list means all of them.
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {

@@ -57,10 +57,20 @@ fn set_scheduler(policy: libc::c_int, prio: libc::c_int) -> io::Result<()> {
 
 /// CPU time the calling thread has used (user + system).
 pub(super) fn thread_cpu_time() -> io::Result<Duration> {
+    cpu_time(libc::RUSAGE_THREAD)
+}
+
+/// CPU time this process has used (user + system, all threads).
+pub(super) fn process_cpu_time() -> io::Result<Duration> {
+    cpu_time(libc::RUSAGE_SELF)
+}
+
+/// `getrusage(who)`: user plus system time.
+fn cpu_time(who: libc::c_int) -> io::Result<Duration> {
     // SAFETY: rusage is plain old data; all zeros is a valid value for the kernel to overwrite.
     let mut ru: libc::rusage = unsafe { mem::zeroed() };
-    // SAFETY: `ru` is a live rusage the kernel writes; RUSAGE_THREAD is the calling thread.
-    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    // SAFETY: `ru` is a live rusage the kernel writes; `who` is RUSAGE_SELF or RUSAGE_THREAD.
+    let r = unsafe { libc::getrusage(who, &mut ru) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }

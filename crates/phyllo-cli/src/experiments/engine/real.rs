@@ -137,12 +137,16 @@ pub(super) fn runs(quick: bool, out: &mut Section) -> Result<()> {
          bursts of 8 to a forwarder pinned to CPU 0 (10 µs of simulated link work and 20 µs of \
          IP work per packet), which sends them to a sink on CPU 1. 4.2BSD: a receive thread per \
          interface at SCHED_FIFO 50 → ipintrq of 50 → protocol thread at SCHED_FIFO 40; the \
-         engine: one thread at SCHED_FIFO 50, quota 8. screend is an ordinary thread on CPU 0 \
-         behind a queue of 32 (20 µs per packet; feedback at 75 % / 25 %); the user thread of \
+         engine: one thread at SCHED_FIFO 50, quota 8, starting an idle transmitter at once. \
+         screend (and the passive monitor, which keeps each packet's first 68 bytes) is an \
+         ordinary thread on CPU 0 behind a queue of 32 (20 µs per packet; feedback at 75 % / \
+         25 %). A garbage datagram is one without the forwarder's magic, dropped after the \
+         link-level work. First-packet latency: bursts sent by one sendmmsg 2 ms apart, the \
+         median from the send to the sink's receipt of the first datagram. The user thread of \
          Fig. 10 is an ordinary thread on CPU 0 that only computes, its share read from \
          getrusage(RUSAGE_THREAD). Real MLFRR: the highest delivered rate with at most 2 % \
-         loss. `engine.idle_cpu_percent`: the process's CPU time (utime + stime from \
-         /proc/self/stat, 10 ms ticks) while an engine forwarder waits with no traffic."
+         loss. `engine.idle_cpu_percent`: the process's CPU time (getrusage) while an engine \
+         forwarder waits with no traffic (2 s with --quick, else 10 s)."
             .into(),
     );
     Ok(())
@@ -209,7 +213,8 @@ fn screend(secs: Duration, out: &mut Section) -> Result<()> {
     let rates = [
         5_000.0, 10_000.0, 15_000.0, 20_000.0, 30_000.0, 60_000.0, 150_000.0, TOP,
     ];
-    let mut table = curve_table("Real runs through screend (seed Fig. 6)");
+    let mut table =
+        curve_table("Real runs through screend, and into a passive monitor (seed Fig. 6)");
     let mut plot = curve_plot(
         "engine_real_screend",
         "Delivered vs offered through screend, real sockets (seed Fig. 6)",
@@ -233,9 +238,20 @@ fn screend(secs: Duration, out: &mut Section) -> Result<()> {
             true,
             "engine.real_screend_feedback_overload_ratio",
         ),
+        (
+            "engine + 68-byte monitor, feedback",
+            engine(8),
+            true,
+            "engine.real_monitor_feedback_overload_ratio",
+        ),
     ] {
+        let stage = if name.contains("monitor") {
+            UserStage::monitor(SCREEND, feedback)
+        } else {
+            UserStage::screend(SCREEND, feedback)
+        };
         let cfg = ForwardConfig {
-            user: Some(UserStage::screend(SCREEND, feedback)),
+            user: Some(stage),
             ..ForwardConfig::default()
         };
         let c = curve(name, &rates, &mut table, |r| trial(design, cfg, r, secs))?;
@@ -519,7 +535,7 @@ fn idle_cpu_percent(quick: bool) -> Result<f64> {
     let to = input.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let wait = Duration::from_secs(if quick { 2 } else { 10 });
-    let cpu0 = process_cpu();
+    let cpu0 = forward::process_cpu_time()?;
     let t0 = std::time::Instant::now();
     let fwd = {
         let stop = Arc::clone(&stop);
@@ -537,20 +553,6 @@ fn idle_cpu_percent(quick: bool) -> Result<f64> {
     std::thread::sleep(wait);
     stop.store(true, Ordering::Relaxed);
     let _ = fwd.join();
-    let used = process_cpu().saturating_sub(cpu0);
+    let used = forward::process_cpu_time()?.saturating_sub(cpu0);
     Ok(100.0 * used.as_secs_f64() / t0.elapsed().as_secs_f64())
-}
-
-/// User plus system CPU time of this process so far.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) end with ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    // utime and stime are fields 14 and 15 (1-based), 12 and 13 after ')' and the state.
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |f| f.iter().filter_map(|x| x.parse::<u64>().ok()).sum());
-    Duration::from_secs_f64(ticks as f64 / 100.0)
 }
