@@ -23,6 +23,8 @@ pub mod layers;
 pub mod layout;
 pub mod link;
 pub mod msg;
+pub mod outline;
+pub mod paths;
 mod ready;
 pub mod session;
 pub mod stack;

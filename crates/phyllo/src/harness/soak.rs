@@ -19,7 +19,7 @@ use super::Pair;
 use crate::conn::{BuildError, Config, Connection};
 use crate::layer::Role;
 use crate::link::memlink::{Faults, MemLink};
-use crate::stack::{build_dyn, DynStack};
+use crate::stack::{build_dyn, LayerSet};
 use crate::time::{earliest, Time};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -173,16 +173,13 @@ pub fn payload(i: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The two connections of a schedule; accelerated ends get cookies drawn from `rng`, so
-/// the datagrams' bytes replay too.
-fn connections(
-    s: &Schedule,
-    rng: &mut impl Rng,
-) -> Result<(Connection<DynStack>, Connection<DynStack>), BuildError> {
+/// The two ends' configurations of a schedule; accelerated ends get cookies drawn from `rng`,
+/// so the datagrams' bytes replay too.
+fn configs(accelerated: bool, rng: &mut impl Rng) -> (Config, Config) {
     // The key comes from the schedule's seed too, so a run replays byte for byte.
     let psk: [u8; 32] = rng.random();
     let mut config = |role| {
-        let mut c = if s.accelerated {
+        let mut c = if accelerated {
             Config::accelerated(role)
         } else {
             Config::new(role)
@@ -190,23 +187,20 @@ fn connections(
         c.cookie = Some(rng.random());
         c.with_psk(psk)
     };
-    let (ca, cb) = (config(Role::Initiator), config(Role::Responder));
-    Ok((
-        Connection::new(build_dyn(&s.spec)?, ca)?,
-        Connection::new(build_dyn(&s.spec)?, cb)?,
-    ))
+    let ca = config(Role::Initiator);
+    (ca, config(Role::Responder))
 }
 
 /// The driver's state: the two ends over their link ([`Pair`]), the application's progress.
-struct Driver {
-    pair: Pair,
+struct Driver<S: LayerSet> {
+    pair: Pair<S>,
     msgs: Vec<(Time, Vec<u8>)>,
     next_send: usize,
     delivered: usize,
     wrong: bool,
 }
 
-impl Driver {
+impl<S: LayerSet> Driver<S> {
     /// Datagrams both ends have handed to the link.
     fn datagrams(&self) -> u64 {
         self.pair.link.stats().sent
@@ -293,9 +287,23 @@ impl Driver {
 
 /// Run one schedule.
 pub fn run(s: &Schedule, cfg: &SoakConfig) -> Result<RunReport, BuildError> {
-    let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
+    run_with(s.seed, s.accelerated, cfg, |c| {
+        Connection::new(build_dyn(&s.spec)?, c)
+    })
+}
+
+/// Run one schedule on connections that `make` builds from each end's configuration (any
+/// stack, static ones included): the faults, messages and link drawn from `seed`.
+pub fn run_with<S: LayerSet>(
+    seed: u64,
+    accelerated: bool,
+    cfg: &SoakConfig,
+    mut make: impl FnMut(Config) -> Result<Connection<S>, BuildError>,
+) -> Result<RunReport, BuildError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let faults = heavy_faults(&mut rng);
-    let (a, b) = connections(s, &mut rng)?;
+    let (ca, cb) = configs(accelerated, &mut rng);
+    let (a, b) = (make(ca)?, make(cb)?);
     let n = rng.random_range(cfg.messages.0..=cfg.messages.1.max(cfg.messages.0));
     let top = usize::BITS - cfg.max_message.max(1).leading_zeros();
     let fault_ns = cfg.fault_time.as_nanos() as u64;
@@ -321,7 +329,7 @@ pub fn run(s: &Schedule, cfg: &SoakConfig) -> Result<RunReport, BuildError> {
         .collect();
     let base = faults.delay;
     let mut d = Driver {
-        pair: Pair::new(a, b, MemLink::new(faults, s.seed)),
+        pair: Pair::new(a, b, MemLink::new(faults, seed)),
         msgs,
         next_send: 0,
         delivered: 0,

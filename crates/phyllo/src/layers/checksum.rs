@@ -13,10 +13,12 @@ use crate::inet::covered_checksum;
 use crate::layer::Cx;
 use crate::layer::{DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use crate::layout::FieldRegistry;
+use crate::outline::cold;
 
-/// The checksum layer.
+/// The checksum layer. `O` turns on outlining of the mismatch ([`crate::outline`]); the
+/// ordinary layer is `Checksum` (`O = false`).
 #[derive(Debug, Default)]
-pub struct Checksum {
+pub struct Checksum<const O: bool = false> {
     field: Option<FieldHandle>,
 }
 
@@ -24,6 +26,13 @@ impl Checksum {
     /// A checksum layer.
     pub fn new() -> Checksum {
         Checksum::default()
+    }
+}
+
+impl<const O: bool> Checksum<O> {
+    /// A checksum layer, outlined or not as `O` says.
+    pub fn build() -> Checksum<O> {
+        Checksum { field: None }
     }
 
     fn compute(&self, pkt: &Packet<'_>) -> u16 {
@@ -39,7 +48,7 @@ impl Checksum {
     }
 }
 
-impl Layer for Checksum {
+impl<const O: bool> Layer for Checksum<O> {
     fn name(&self) -> &'static str {
         "checksum"
     }
@@ -70,6 +79,7 @@ impl Layer for Checksum {
         if self.compute(pkt) as u64 == pkt.get(h) {
             Verdict::Continue
         } else {
+            cold::<O>();
             Verdict::Drop(DropReason::Checksum)
         }
     }

@@ -16,6 +16,7 @@ use crate::filter::{Op, Segment};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
+use crate::outline::cold;
 
 /// Bytes of the fragment header at the start of a fragment's body.
 pub const FRAG_HEADER: usize = 12;
@@ -33,9 +34,10 @@ struct Slot {
     age: u64,
 }
 
-/// The frag layer.
+/// The frag layer. `O` turns on outlining of fragmentation and reassembly
+/// ([`crate::outline`]); the ordinary layer is `Frag` (`O = false`).
 #[derive(Debug)]
-pub struct Frag {
+pub struct Frag<const O: bool = false> {
     /// Largest body of any message leaving this layer.
     size: usize,
     max_message: usize,
@@ -43,11 +45,19 @@ pub struct Frag {
     next_id: u32,
     slots: Vec<Slot>,
     clock: u64,
+    name: &'static str,
 }
 
 impl Frag {
     /// A frag layer whose fragments carry at most `size` body bytes (at least 64).
     pub fn new(size: usize) -> Frag {
+        Frag::build(size)
+    }
+}
+
+impl<const O: bool> Frag<O> {
+    /// A frag layer, outlined or not as `O` says.
+    pub fn build(size: usize) -> Frag<O> {
         Frag {
             size: size.max(64),
             max_message: 1 << 20,
@@ -55,7 +65,13 @@ impl Frag {
             next_id: 0,
             slots: Vec::new(),
             clock: 0,
+            name: "frag",
         }
+    }
+
+    /// The same layer under another name (the latency stacks' `blast`).
+    pub fn named(self, name: &'static str) -> Frag<O> {
+        Frag { name, ..self }
     }
 
     /// Payload bytes per fragment.
@@ -94,9 +110,9 @@ impl Frag {
     }
 }
 
-impl Layer for Frag {
+impl<const O: bool> Layer for Frag<O> {
     fn name(&self) -> &'static str {
-        "frag"
+        self.name
     }
 
     /// Yes: the filters send only unfragmented messages and refuse fragments; its bit is predicted clear.
@@ -111,6 +127,7 @@ impl Layer for Frag {
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
         if pkt.body().len() > self.size {
+            cold::<O>();
             Verdict::Absorb
         } else {
             Verdict::Continue
@@ -121,6 +138,7 @@ impl Layer for Frag {
         let (Handoff::Absorbed(m), Some(field)) = (h, self.field) else {
             return;
         };
+        cold::<O>();
         let hl = cx.header_len();
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
@@ -146,6 +164,7 @@ impl Layer for Frag {
         if pkt.get(field) == 0 {
             return Verdict::Continue;
         }
+        cold::<O>();
         match self.check(pkt.body()) {
             Ok(_) => Verdict::Absorb,
             Err(r) => Verdict::Drop(r),
@@ -156,6 +175,7 @@ impl Layer for Frag {
         let (Handoff::Absorbed(m), Some(field)) = (h, self.field) else {
             return;
         };
+        cold::<O>();
         let hl = cx.header_len();
         let Ok((id, total, off)) = self.check(&m.data()[hl..]) else {
             cx.free(m);

@@ -9,4 +9,4 @@ mod window;
 pub use checksum::Checksum;
 pub use frag::Frag;
 pub use seal::{Cipher, Seal};
-pub use window::Window;
+pub use window::{Ports, Window, WindowConfig};

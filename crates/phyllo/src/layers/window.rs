@@ -26,6 +26,7 @@ use crate::field::{FieldClass, FieldHandle};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
+use crate::outline::cold;
 use crate::time::Time;
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -50,6 +51,24 @@ pub struct WindowConfig {
     pub max_rto: Duration,
     /// How long an ack may wait for data to ride on.
     pub ack_delay: Duration,
+    /// The name the layer goes by (`window`; the latency stacks' transports call it `tcp` or
+    /// `chan`).
+    pub name: &'static str,
+    /// A transport header of ports and a checksum (the latency experiments' TCP-like stack).
+    pub transport: Option<Ports>,
+}
+
+/// A transport header's ports: this end's and the peer's. With them the window stamps every
+/// message it sends — data, retransmissions, acknowledgements — with both ports and a 16-bit
+/// Internet checksum over the ports, kind, sequence number and body, and refuses deliveries
+/// whose ports or checksum do not match. The cumulative ack is left out of the checksum: it is
+/// gossip that a retransmission refreshes, and a lower layer's frame check covers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ports {
+    /// The port this end sends from (and the peer sends to).
+    pub local: u16,
+    /// The port the peer sends from.
+    pub peer: u16,
 }
 
 impl WindowConfig {
@@ -62,6 +81,8 @@ impl WindowConfig {
             min_rto: Duration::from_millis(1),
             max_rto: Duration::from_millis(500),
             ack_delay: Duration::from_micros(200),
+            name: "window",
+            transport: None,
         }
     }
 }
@@ -71,11 +92,20 @@ struct Fields {
     kind: FieldHandle,
     seq: FieldHandle,
     ack: FieldHandle,
+    /// Source port, destination port and checksum, with a transport header.
+    ports: Option<(FieldHandle, FieldHandle, FieldHandle)>,
 }
 
-/// The window layer.
+/// The transport checksum over the ports, kind, sequence number (as on the wire) and body.
+fn transport_sum(sport: u64, dport: u64, kind: u64, seq: u64, body: &[u8]) -> u64 {
+    let head = sport + dport + kind + (seq & SEQ_MASK);
+    u64::from(!crate::inet::fold16(head + crate::inet::ones_sum_le(body)))
+}
+
+/// The window layer. `O` turns on outlining of its rare paths ([`crate::outline`]); the
+/// ordinary layer is `Window` (`O = false`).
 #[derive(Debug)]
-pub struct Window {
+pub struct Window<const O: bool = false> {
     cfg: WindowConfig,
     f: Option<Fields>,
     // Sender.
@@ -106,6 +136,13 @@ impl Window {
 
     /// A window with an explicit configuration.
     pub fn with_config(cfg: WindowConfig) -> Window {
+        Window::build(cfg)
+    }
+}
+
+impl<const O: bool> Window<O> {
+    /// A window with an explicit configuration, outlined or not as `O` says.
+    pub fn build(cfg: WindowConfig) -> Window<O> {
         let size = cfg.size.clamp(1, 1024);
         Window {
             rto: cfg.rto,
@@ -180,12 +217,25 @@ impl Window {
         }
     }
 
+    /// With a transport header, write the ports and checksum of a message this layer
+    /// originates (header area + body).
+    fn stamp(&self, m: &mut Msg, f: Fields, kind: u64, seq: u64, cx: &Cx<'_>) {
+        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
+            let body = m.data().get(cx.header_len()..).unwrap_or(&[]);
+            let c = transport_sum(u64::from(t.local), u64::from(t.peer), kind, seq, body);
+            cx.set(m, sp, u64::from(t.local));
+            cx.set(m, dp, u64::from(t.peer));
+            cx.set(m, sum, c);
+        }
+    }
+
     /// Stamp a data message (header area + body) with `seq` and the current ack, keep a copy
     /// for retransmission and send it below.
     fn send_data(&mut self, mut m: Msg, f: Fields, cx: &mut Cx<'_>) {
         cx.set(&mut m, f.kind, KIND_DATA);
         cx.set(&mut m, f.seq, self.snd_next);
         cx.set(&mut m, f.ack, self.rcv_next);
+        self.stamp(&mut m, f, KIND_DATA, self.snd_next, cx);
         let copy = cx.copy(&m);
         self.sent(copy, cx.now());
         cx.send_down(m);
@@ -228,6 +278,7 @@ impl Window {
         cx.set(&mut m, f.kind, KIND_ACK);
         cx.set(&mut m, f.seq, self.snd_next);
         cx.set(&mut m, f.ack, self.rcv_next);
+        self.stamp(&mut m, f, KIND_ACK, self.snd_next, cx);
         cx.send_down(m);
         self.ack_sent();
     }
@@ -304,21 +355,30 @@ impl Window {
     }
 }
 
-impl Layer for Window {
+impl<const O: bool> Layer for Window<O> {
     fn name(&self) -> &'static str {
-        "window"
+        self.cfg.name
     }
 
-    /// Yes: sequence number, kind and acknowledgement are predicted.
+    /// Yes: sequence number, kind and acknowledgement are predicted — unless a transport
+    /// header's checksum (which no packet filter computes) makes the pre-phases necessary.
     fn predicts(&self) -> bool {
-        true
+        self.cfg.transport.is_none()
     }
 
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
+        let ports = self.cfg.transport.map(|_| {
+            (
+                fields.add_field(FieldClass::ProtoSpecific, "sport", 16, None),
+                fields.add_field(FieldClass::ProtoSpecific, "dport", 16, None),
+                fields.add_field(FieldClass::MsgSpecific, "tsum", 16, None),
+            )
+        });
         self.f = Some(Fields {
             kind: fields.add_field(FieldClass::ProtoSpecific, "kind", 2, None),
             seq: fields.add_field(FieldClass::ProtoSpecific, "seq", SEQ_BITS, None),
             ack: fields.add_field(FieldClass::Gossip, "ack", SEQ_BITS, None),
+            ports,
         });
     }
 
@@ -352,11 +412,19 @@ impl Layer for Window {
             return Verdict::Continue;
         };
         if self.full() {
+            cold::<O>();
             return Verdict::Absorb;
         }
         pkt.set(f.kind, KIND_DATA);
         pkt.set(f.seq, self.snd_next);
         pkt.set(f.ack, self.rcv_next);
+        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
+            let (local, peer) = (u64::from(t.local), u64::from(t.peer));
+            let c = transport_sum(local, peer, KIND_DATA, self.snd_next, pkt.body());
+            pkt.set(sp, local);
+            pkt.set(dp, peer);
+            pkt.set(sum, c);
+        }
         pkt.keep_copy();
         Verdict::Continue
     }
@@ -370,7 +438,10 @@ impl Layer for Window {
                 }
             }
             Handoff::Passed { copy: None } => {}
-            Handoff::Absorbed(m) => self.backlog.push_back(m),
+            Handoff::Absorbed(m) => {
+                cold::<O>();
+                self.backlog.push_back(m)
+            }
         }
         self.rearm(cx);
     }
@@ -379,10 +450,26 @@ impl Layer for Window {
         let Some(f) = self.f else {
             return Verdict::Continue;
         };
+        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
+            // The peer's source port is our `peer`, its destination our `local`.
+            let (sport, dport) = (pkt.get(sp), pkt.get(dp));
+            if sport != u64::from(t.peer) || dport != u64::from(t.local) {
+                cold::<O>();
+                return Verdict::Drop(DropReason::Malformed);
+            }
+            let want = transport_sum(sport, dport, pkt.get(f.kind), pkt.get(f.seq), pkt.body());
+            if pkt.get(sum) != want {
+                cold::<O>();
+                return Verdict::Drop(DropReason::Checksum);
+            }
+        }
         match pkt.get(f.kind) {
             KIND_DATA if pkt.get(f.seq) == self.rcv_next & SEQ_MASK => Verdict::Continue,
             KIND_DATA | KIND_ACK => Verdict::Absorb,
-            _ => Verdict::Drop(DropReason::Malformed),
+            _ => {
+                cold::<O>();
+                Verdict::Drop(DropReason::Malformed)
+            }
         }
     }
 
@@ -409,6 +496,8 @@ impl Layer for Window {
                 }
             }
             Handoff::Absorbed(m) if hdr.get(f.kind) == KIND_DATA => {
+                // Out of order or a duplicate: loss, reordering or a lost ack.
+                cold::<O>();
                 let d = Self::unwrap_seq(self.rcv_next, hdr.get(f.seq));
                 let w = self.cfg.size;
                 if d < 0 {
@@ -463,6 +552,8 @@ impl Layer for Window {
         let Some(f) = self.f else { return };
         let now = cx.now();
         if self.rto_at.is_some_and(|t| t <= now) {
+            // A retransmission timeout: loss.
+            cold::<O>();
             for i in 0..self.unacked.len() {
                 let mut m = cx.copy(&self.unacked[i]);
                 cx.set(&mut m, f.ack, self.rcv_next);

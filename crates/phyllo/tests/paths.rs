@@ -1,0 +1,111 @@
+//! Seed 000's reference stacks: every version of each stack is the same protocol — the same
+//! datagrams on the wire and the same deliveries for the same inputs and faults — and STD and
+//! ALL survive heavy faults, deliver everything once and in order when the link heals, and back
+//! off while it is dark.
+
+mod common;
+use common::*;
+use phyllo::harness::soak::{run_with, Outcome, SoakConfig};
+use phyllo::harness::Pair;
+use phyllo::link::memlink::{Faults, MemLink};
+use phyllo::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::conn::BuildError;
+use phyllo::link::memlink::Side;
+use phyllo::{Config, Connection, LayerSet, Role};
+
+/// Messages A sends B over a link with `faults`: what B got and every datagram on the wire.
+struct Exchange<'a> {
+    seed: u64,
+    faults: Faults,
+    msgs: &'a [Vec<u8>],
+}
+
+type Seen = (Vec<Vec<u8>>, Vec<(Side, Vec<u8>)>);
+
+impl OnStack for Exchange<'_> {
+    type Out = Result<Seen, BuildError>;
+    fn run<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Self::Out {
+        let mut p = Pair::new(
+            make(Config::new(Role::Initiator))?,
+            make(Config::new(Role::Responder))?,
+            MemLink::new(self.faults, self.seed),
+        );
+        p.wire = Some(Vec::new());
+        let got = exchange(&mut p, self.msgs);
+        Ok((got, p.wire.take().unwrap_or_default()))
+    }
+}
+
+#[test]
+fn every_version_is_the_same_protocol() {
+    for kind in StackKind::BOTH {
+        for seed in 0..40 {
+            let mut r = rng(seed);
+            let f = faults(&mut r);
+            // Up to 8 KiB: the tall stack fragments what exceeds 1400 bytes.
+            let msgs: Vec<Vec<u8>> = sizes(&mut r, 8)
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| payload(i, n.min(8192)))
+                .collect();
+            let mut seen: Vec<(Version, Seen)> = Vec::new();
+            for v in Version::ALL {
+                let e = Exchange {
+                    seed,
+                    faults: f.clone(),
+                    msgs: &msgs,
+                };
+                seen.push((v, with_stack(kind, v, e).unwrap()));
+            }
+            let (_, (got0, wire0)) = &seen[0];
+            assert_eq!(got0, &msgs, "{kind:?} seed {seed}: BAD delivered wrong");
+            assert!(!wire0.is_empty());
+            for (v, (got, wire)) in &seen[1..] {
+                assert_eq!(got, &msgs, "{kind:?} {v:?} seed {seed}");
+                assert_eq!(wire.len(), wire0.len(), "{kind:?} {v:?} seed {seed}: datagrams");
+                for (k, (a, b)) in wire.iter().zip(wire0).enumerate() {
+                    assert!(a == b, "{kind:?} {v:?} seed {seed}: datagram {k} differs");
+                }
+            }
+        }
+    }
+}
+
+/// The soak harness's heavy faults (loss up to 45 %, duplication, reordering, corruption),
+/// a blackout, then a healed link.
+struct Soak(u64);
+
+impl OnStack for Soak {
+    type Out = Result<phyllo::harness::soak::RunReport, BuildError>;
+    fn run<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        make: M,
+    ) -> Self::Out {
+        let cfg = SoakConfig {
+            // Each message fragments into at most a few dozen 1400-byte pieces.
+            max_message: 32 << 10,
+            ..SoakConfig::default()
+        };
+        run_with(self.0, false, &cfg, make)
+    }
+}
+
+#[test]
+fn std_and_all_survive_heavy_faults_and_heal() {
+    for kind in StackKind::BOTH {
+        for v in [Version::Std, Version::All] {
+            for seed in 0..100 {
+                let r = with_stack(kind, v, Soak(seed)).unwrap();
+                assert_eq!(
+                    r.outcome,
+                    Outcome::Pass,
+                    "{kind:?} {v:?} seed {seed}: {r:?}"
+                );
+                assert!(r.backed_off, "{kind:?} {v:?} seed {seed}: {r:?}");
+            }
+        }
+    }
+}
