@@ -10,6 +10,7 @@ pub mod ilp_cmd;
 pub mod ilp_ftp;
 pub mod keys;
 pub mod measure;
+pub mod paths_cmd;
 pub mod relay;
 pub mod report;
 pub mod serve;

@@ -1,7 +1,8 @@
 //! `phyllo`: run stacks, experiments and the report.
 
 use phyllo_cli::{
-    aead, analyze_cmd, cmd, connect, ilp_cmd, ilp_ftp, keys, relay, report, serve, workload,
+    aead, analyze_cmd, cmd, connect, ilp_cmd, ilp_ftp, keys, paths_cmd, relay, report, serve,
+    workload,
 };
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,9 @@ enum Cmd {
     /// Seed 001's RPC file transfer: a file's replies marshalled, encrypted and checksummed
     /// by one execution of the integrated data path, between two threads over UDP loopback.
     IlpFtp(ilp_ftp::IlpFtpArgs),
+    /// Seed 000's reference stacks in their six versions: time round trips, or run them
+    /// between the analyzer's markers for valgrind.
+    Paths(paths_cmd::PathsArgs),
 }
 
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
@@ -75,5 +79,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Relay(args) => relay::relay(args),
         Cmd::Ilp(args) => ilp_cmd::ilp(args),
         Cmd::IlpFtp(args) => ilp_ftp::run(args),
+        Cmd::Paths(args) => paths_cmd::main(args),
     }
 }

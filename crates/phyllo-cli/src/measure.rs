@@ -118,7 +118,11 @@ fn payload(size: usize) -> Vec<u8> {
 /// Ping-pong over the in-memory link: each round trip is A→B, B echoes, B→A, timed with the
 /// wall clock, so it is the processing cost of both ends, both directions.
 pub fn rtt_mem(spec: &str, accel: bool, size: usize, rounds: usize) -> Result<RttRun> {
-    let mut pair = mem_pair(spec, accel)?;
+    rtt_mem_on(mem_pair(spec, accel)?, size, rounds)
+}
+
+/// [`rtt_mem`] on a pair of any stack.
+pub fn rtt_mem_on<S: LayerSet>(mut pair: Pair<S>, size: usize, rounds: usize) -> Result<RttRun> {
     let data = payload(size);
     let mut samples = Vec::with_capacity(rounds);
     let warmup = (rounds / 10).min(1000);
@@ -195,7 +199,29 @@ pub fn rtt_udp_paced(
     busy: bool,
     pace: Option<Duration>,
 ) -> Result<RttRun> {
-    let (mut a, mut b) = udp_pair(spec, accel, false)?;
+    let (a, b) = udp_pair(spec, accel, false)?;
+    rtt_udp_on(a, b, size, rounds, busy, pace)
+}
+
+/// Two ends of any stack over a connected pair of loopback sockets, sharing one clock epoch.
+pub fn udp_pair_of<S: LayerSet>(
+    a: Connection<S>,
+    b: Connection<S>,
+) -> Result<(UdpDriver<S>, UdpDriver<S>)> {
+    let (la, lb) = UdpLink::loopback_pair().context("binding UDP sockets on 127.0.0.1")?;
+    let epoch = Instant::now();
+    Ok((UdpDriver::new(a, la, epoch), UdpDriver::new(b, lb, epoch)))
+}
+
+/// [`rtt_udp_paced`] on two ends of any stack (`a` initiates, `b` echoes on a thread).
+pub fn rtt_udp_on<S: LayerSet + Send + 'static>(
+    mut a: UdpDriver<S>,
+    mut b: UdpDriver<S>,
+    size: usize,
+    rounds: usize,
+    busy: bool,
+    pace: Option<Duration>,
+) -> Result<RttRun> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_b = stop.clone();
     let deadline = Instant::now() + Duration::from_secs(120);

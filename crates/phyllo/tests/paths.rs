@@ -5,12 +5,12 @@
 
 mod common;
 use common::*;
+use phyllo::conn::BuildError;
 use phyllo::harness::soak::{run_with, Outcome, SoakConfig};
 use phyllo::harness::Pair;
+use phyllo::link::memlink::Side;
 use phyllo::link::memlink::{Faults, MemLink};
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
-use phyllo::conn::BuildError;
-use phyllo::link::memlink::Side;
 use phyllo::{Config, Connection, LayerSet, Role};
 
 /// Messages A sends B over a link with `faults`: what B got and every datagram on the wire.
@@ -24,7 +24,7 @@ type Seen = (Vec<Vec<u8>>, Vec<(Side, Vec<u8>)>);
 
 impl OnStack for Exchange<'_> {
     type Out = Result<Seen, BuildError>;
-    fn run<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
         self,
         mut make: M,
     ) -> Self::Out {
@@ -65,7 +65,11 @@ fn every_version_is_the_same_protocol() {
             assert!(!wire0.is_empty());
             for (v, (got, wire)) in &seen[1..] {
                 assert_eq!(got, &msgs, "{kind:?} {v:?} seed {seed}");
-                assert_eq!(wire.len(), wire0.len(), "{kind:?} {v:?} seed {seed}: datagrams");
+                assert_eq!(
+                    wire.len(),
+                    wire0.len(),
+                    "{kind:?} {v:?} seed {seed}: datagrams"
+                );
                 for (k, (a, b)) in wire.iter().zip(wire0).enumerate() {
                     assert!(a == b, "{kind:?} {v:?} seed {seed}: datagram {k} differs");
                 }
@@ -80,7 +84,7 @@ struct Soak(u64);
 
 impl OnStack for Soak {
     type Out = Result<phyllo::harness::soak::RunReport, BuildError>;
-    fn run<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
         self,
         make: M,
     ) -> Self::Out {

@@ -6,6 +6,7 @@ mod analyze;
 mod bulk;
 mod engine;
 mod ilp;
+mod paths;
 mod rawudp;
 mod rtt;
 mod session;
@@ -30,6 +31,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(engine::Engine),
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
+        Box::new(paths::Paths),
     ]
 }
 

@@ -22,8 +22,8 @@ pub mod rpc;
 pub mod tcpip;
 
 use crate::conn::{BuildError, Config, Connection};
-use crate::layers::{Frag, Ports, Window, WindowConfig};
 use crate::layer::Role;
+use crate::layers::{Frag, Ports, Window, WindowConfig};
 use crate::stack::{DynStack, LayerSet};
 use frame::Eth;
 use rpc::{Bid, MSelect, VChan, VNet, XrpcTest};
@@ -232,7 +232,7 @@ pub trait OnStack {
     /// What the code returns.
     type Out;
     /// Run, building connections with `make` (one per end, from its configuration).
-    fn run<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
         self,
         make: M,
     ) -> Self::Out;
@@ -243,7 +243,9 @@ pub trait OnStack {
 pub fn with_stack<W: OnStack>(kind: StackKind, version: Version, w: W) -> W::Out {
     match (version.code(), kind) {
         (Version::Std, _) => w.run(|c: Config| Connection::new(dynamic::<false>(kind, c.role), c)),
-        (Version::Pin, StackKind::Short) => w.run(|c: Config| Connection::new(short_pin(c.role), c)),
+        (Version::Pin, StackKind::Short) => {
+            w.run(|c: Config| Connection::new(short_pin(c.role), c))
+        }
         (Version::Pin, StackKind::Tall) => w.run(|c: Config| Connection::new(tall_pin(), c)),
         _ => w.run(|c: Config| Connection::new(dynamic::<true>(kind, c.role), c)),
     }

@@ -87,7 +87,9 @@ impl<const O: bool> Ip<O> {
         self.routes
             .iter()
             .filter(|r| {
-                let mask = u32::MAX.checked_shl(32 - u32::from(r.len.min(32))).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(r.len.min(32)))
+                    .unwrap_or(0);
                 d & mask == u32::from(r.prefix) & mask
             })
             .max_by_key(|r| r.len)

@@ -1,0 +1,234 @@
+//! `paths`: seed 000's latency techniques (Mosberger et al.) on phyllo's two reference stacks
+//! — outlining (OUT), cloning with a bipartite layout (CLO, and the deliberately bad BAD),
+//! path-inlining (PIN) and all of them (ALL) against the standard dynamic stack (STD).
+//!
+//! - Instructions per round trip, counted by callgrind over `phyllo paths trace` (measured,
+//!   deterministic): a layout moves code, it does not change what runs, so CLO and BAD count
+//!   as OUT and ALL as PIN.
+//! - Table 2: round-trip time per version over memlink and UDP loopback (measured).
+//! - Tables 4 and 5 (modelled): trace length, CPI, iCPI and mCPI, i-cache misses and the
+//!   fetched-but-never-executed share under the Alpha 21064's memory system and under this
+//!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
+//!   as virtual layouts of OUT's and PIN's traces.
+
+use crate::measure::{config, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
+use crate::paths_cmd::mean_sd;
+use crate::report::{Ctx, Experiment, Outcome, Section, Table};
+use anyhow::{Context, Result};
+use phyllo::conn::BuildError;
+use phyllo::harness::Pair;
+use phyllo::link::memlink::MemLink;
+use phyllo::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo_analyze::capture::{self, Workload};
+
+/// The experiment.
+pub struct Paths;
+
+/// The versions whose code differs (the others are layouts of these).
+const CODE: [Version; 3] = [Version::Std, Version::Out, Version::Pin];
+
+fn trace_workload(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Workload {
+    let stack = match kind {
+        StackKind::Short => "short",
+        StackKind::Tall => "tall",
+    };
+    Workload {
+        program: exe.to_path_buf(),
+        args: [
+            "paths",
+            "trace",
+            "--stack",
+            stack,
+            "--version",
+            v.name(),
+            "--rounds",
+            &rounds.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    }
+}
+
+/// Round trips over memlink or UDP, for Table 2.
+struct Rtt {
+    udp: bool,
+    rounds: usize,
+}
+
+impl OnStack for Rtt {
+    type Out = Result<RttRun>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<RttRun> {
+        let (a, b) = (
+            make(config(Role::Initiator, false))?,
+            make(config(Role::Responder, false))?,
+        );
+        if self.udp {
+            let (a, b) = udp_pair_of(a, b)?;
+            rtt_udp_on(a, b, 1, self.rounds, true, None)
+        } else {
+            rtt_mem_on(Pair::new(a, b, MemLink::perfect()), 1, self.rounds)
+        }
+    }
+}
+
+impl Experiment for Paths {
+    fn name(&self) -> &'static str {
+        "paths"
+    }
+
+    fn title(&self) -> &'static str {
+        "Latency techniques: outlining, bipartite layout, path-inlining (seed 000)"
+    }
+
+    fn seed_ref(&self) -> Option<&'static str> {
+        Some("seed 000, Tables 2, 4, 5")
+    }
+
+    fn run(&self, ctx: &Ctx) -> Result<Outcome> {
+        let quick = ctx.quick;
+        let mut sec = Section {
+            text: vec![
+                "The stacks: short `tcp:ip:eth` (three big layers: `tcp` holds the connection's \
+                 ports, window, retransmission and a transport checksum) and tall \
+                 `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth` (eight small layers, the \
+                 x-kernel RPC stack's shape). STD runs the dynamic stack (a virtual call per \
+                 layer and phase) without hints; OUT the same with rare paths marked cold; PIN \
+                 the static stack, which the compiler inlines; CLO, BAD and ALL are layouts of \
+                 OUT's and PIN's code. Both ends of a round trip run the version measured (the \
+                 seed optimised only the RPC client)."
+                    .into(),
+            ],
+            tables: vec![],
+            plots: vec![],
+            figures: vec![],
+        };
+        instructions(quick, &mut sec)?;
+        round_trips(quick, &mut sec)?;
+        Ok(Outcome::Done(sec))
+    }
+}
+
+/// Instructions per round trip, by callgrind over the marked region.
+fn instructions(quick: bool, sec: &mut Section) -> Result<()> {
+    let Some(exe) = super::phyllo_exe() else {
+        sec.text
+            .push("Instruction counts: SKIPPED (not run from the phyllo binary).".into());
+        return Ok(());
+    };
+    if !capture::have_valgrind() {
+        sec.text.push(
+            "Instruction counts: SKIPPED — valgrind is not installed (apt-get install \
+             valgrind)."
+                .into(),
+        );
+        return Ok(());
+    }
+    let rounds = if quick { 500 } else { 5000 };
+    let mut table = Table {
+        title: "Instructions per round trip (both ends, callgrind; measured)".into(),
+        headers: [
+            "stack",
+            "STD",
+            "OUT (= CLO, BAD)",
+            "PIN (= ALL)",
+            "ALL / STD",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for kind in StackKind::BOTH {
+        let mut per = Vec::new();
+        for v in CODE {
+            let w = trace_workload(&exe, kind, v, rounds);
+            let ir = capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)
+                .with_context(|| format!("callgrind on {} {}", kind.spec(), v.name()))?
+                .get("Ir");
+            per.push(ir as f64 / rounds as f64);
+        }
+        let ratio = per[2] / per[0].max(1.0);
+        sec.figures.push((
+            match kind {
+                StackKind::Short => "paths.short_all_vs_std_instructions",
+                StackKind::Tall => "paths.tall_all_vs_std_instructions",
+            }
+            .into(),
+            ratio,
+        ));
+        table.rows.push(vec![
+            kind.name().into(),
+            format!("{:.0}", per[0]),
+            format!("{:.0}", per[1]),
+            format!("{:.0}", per[2]),
+            format!("{ratio:.3}"),
+        ]);
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+/// Seed Table 2: round-trip time per version (measured), both stacks, memlink and UDP.
+fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
+    let runs = if quick { 3 } else { 10 };
+    for udp in [false, true] {
+        let rounds = match (quick, udp) {
+            (true, false) => 3000,
+            (true, true) => 1000,
+            (false, false) => 30_000,
+            (false, true) => 10_000,
+        };
+        let mut table = Table {
+            title: format!(
+                "Seed Table 2: round-trip time over {} (measured; mean ± sd of {runs} runs of \
+                 {rounds} round trips, runs of the versions interleaved)",
+                if udp { "UDP loopback" } else { "memlink" }
+            ),
+            headers: [
+                "version",
+                "short, ns",
+                "Δ vs ALL's code",
+                "tall, ns",
+                "Δ vs ALL's code",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: vec![],
+        };
+        // Per stack, per code version: the mean of each run.
+        let mut means = vec![vec![Vec::new(); CODE.len()]; 2];
+        for _ in 0..runs {
+            for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
+                for (c, v) in CODE.into_iter().enumerate() {
+                    let r = with_stack(kind, v, Rtt { udp, rounds })?;
+                    means[k][c].push(mean_sd(&r.samples_ns).0 as u64);
+                }
+            }
+        }
+        let stat = |k: usize, c: usize| mean_sd(&means[k][c]);
+        for v in Version::ALL {
+            let c = CODE.iter().position(|x| *x == v);
+            let mut row = vec![v.name().to_string()];
+            for k in 0..2 {
+                match c {
+                    Some(c) => {
+                        let (m, sd) = stat(k, c);
+                        let best = stat(k, 2).0;
+                        row.push(format!("{m:.0} ± {sd:.0}"));
+                        row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                    }
+                    None => {
+                        row.push("layout of OUT/PIN (modelled below)".into());
+                        row.push("—".into());
+                    }
+                }
+            }
+            table.rows.push(row);
+        }
+        sec.tables.push(table);
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! `phyllo paths`: seed 000's two reference stacks in its six versions — round trips timed
+//! over memlink or UDP loopback (`rtt`), or run between the analyzer's region markers for
+//! valgrind (`trace`).
+//!
+//! STD, OUT and PIN are code in this binary ([`phyllo::paths`]); CLO, BAD and ALL run OUT's
+//! and PIN's code, their function layouts being a matter of placement: the report simulates
+//! them on the trace, and a binary relinked with a symbol order runs them for real.
+
+use crate::measure::{config, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use phyllo::conn::BuildError;
+use phyllo::harness::Pair;
+use phyllo::link::memlink::MemLink;
+use phyllo::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::{Config, Connection, LayerSet, Role};
+
+/// Which reference stack.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum StackArg {
+    /// `tcp:ip:eth`.
+    Short,
+    /// `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth`.
+    Tall,
+}
+
+impl From<StackArg> for StackKind {
+    fn from(s: StackArg) -> StackKind {
+        match s {
+            StackArg::Short => StackKind::Short,
+            StackArg::Tall => StackKind::Tall,
+        }
+    }
+}
+
+/// Parse a version name (STD, OUT, CLO, BAD, PIN, ALL; any case).
+pub fn parse_version(s: &str) -> Result<Version, String> {
+    Version::ALL
+        .into_iter()
+        .find(|v| v.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown version {s:?} (STD, OUT, CLO, BAD, PIN, ALL)"))
+}
+
+/// What `phyllo paths` runs.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Mode {
+    /// Time round trips; print mean and standard deviation.
+    Rtt,
+    /// Run round trips between the analyzer's region markers (for valgrind).
+    Trace,
+}
+
+/// Where round trips go.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LinkArg {
+    /// The in-memory link (processing cost only).
+    Mem,
+    /// UDP loopback, both ends busy-polling.
+    Udp,
+}
+
+/// Arguments of `phyllo paths`.
+#[derive(Args, Debug)]
+pub struct PathsArgs {
+    /// What to do.
+    #[arg(value_enum)]
+    pub mode: Mode,
+    /// The stack.
+    #[arg(long, value_enum, default_value = "tall")]
+    pub stack: StackArg,
+    /// The version (STD, OUT, CLO, BAD, PIN, ALL).
+    #[arg(long, default_value = "STD", value_parser = parse_version)]
+    pub version: Version,
+    /// The link (`rtt` only; `trace` runs over memlink).
+    #[arg(long, value_enum, default_value = "mem")]
+    pub link: LinkArg,
+    /// Round trips measured (after a tenth as many for warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    pub rounds: usize,
+    /// Bytes per message (the seed's ping-pong carries 1).
+    #[arg(long, default_value_t = 1)]
+    pub size: usize,
+}
+
+/// Round trips timed over memlink or UDP.
+struct Rtt {
+    link: LinkArg,
+    size: usize,
+    rounds: usize,
+}
+
+impl OnStack for Rtt {
+    type Out = Result<RttRun>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<RttRun> {
+        let (a, b) = (
+            make(config(Role::Initiator, false))?,
+            make(config(Role::Responder, false))?,
+        );
+        match self.link {
+            LinkArg::Mem => rtt_mem_on(Pair::new(a, b, MemLink::perfect()), self.size, self.rounds),
+            LinkArg::Udp => {
+                let (a, b) = udp_pair_of(a, b)?;
+                rtt_udp_on(a, b, self.size, self.rounds, true, None)
+            }
+        }
+    }
+}
+
+/// Round trips over memlink inside the analyzer's region markers, after a warm-up outside.
+struct Trace {
+    size: usize,
+    rounds: usize,
+}
+
+impl OnStack for Trace {
+    type Out = Result<usize>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<usize> {
+        let mut pair = Pair::new(
+            make(config(Role::Initiator, false))?,
+            make(config(Role::Responder, false))?,
+            MemLink::perfect(),
+        );
+        let data = vec![0x5au8; self.size];
+        // Warm-up: pools filled, round-trip estimates settled, code and data cached.
+        for _ in 0..(self.rounds / 10).max(10) {
+            round_trip(&mut pair, &data)?;
+        }
+        phyllo_analyze::roi::run(|| {
+            let mut done = 0;
+            for _ in 0..self.rounds {
+                if round_trip(&mut pair, &data).is_err() {
+                    break;
+                }
+                done += 1;
+            }
+            done
+        })
+        .then_some_rounds(self.rounds)
+    }
+}
+
+/// A count of completed round trips that must reach `want`.
+trait Rounds {
+    fn then_some_rounds(self, want: usize) -> Result<usize>;
+}
+
+impl Rounds for usize {
+    fn then_some_rounds(self, want: usize) -> Result<usize> {
+        if self == want {
+            Ok(self)
+        } else {
+            bail!("only {self} of {want} round trips completed")
+        }
+    }
+}
+
+/// One request and its reply over `pair`: A sends, B echoes, A receives.
+pub fn round_trip<S: LayerSet>(pair: &mut Pair<S>, data: &[u8]) -> Result<()> {
+    pair.a.send(pair.now, data)?;
+    let req = loop {
+        if let Some(m) = pair.b.poll_delivery() {
+            break m;
+        }
+        if !pair.step() {
+            bail!("the request was not delivered");
+        }
+    };
+    pair.b.send(pair.now, req.data())?;
+    pair.b.recycle(req);
+    let reply = loop {
+        if let Some(m) = pair.a.poll_delivery() {
+            break m;
+        }
+        if !pair.step() {
+            bail!("the reply was not delivered");
+        }
+    };
+    pair.a.recycle(reply);
+    Ok(())
+}
+
+/// Mean and sample standard deviation of `samples`, nanoseconds.
+pub fn mean_sd(samples: &[u64]) -> (f64, f64) {
+    let n = samples.len().max(1) as f64;
+    let mean = samples.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let var = samples
+        .iter()
+        .map(|&x| (x as f64 - mean).powi(2))
+        .sum::<f64>()
+        / (n - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+/// Run `phyllo paths`.
+pub fn main(args: PathsArgs) -> Result<()> {
+    phyllo_analyze::roi::probe_exit_if_requested();
+    let kind = StackKind::from(args.stack);
+    match args.mode {
+        Mode::Rtt => {
+            let run = with_stack(
+                kind,
+                args.version,
+                Rtt {
+                    link: args.link,
+                    size: args.size,
+                    rounds: args.rounds,
+                },
+            )
+            .with_context(|| format!("{} {}", kind.spec(), args.version.name()))?;
+            let (mean, sd) = mean_sd(&run.samples_ns);
+            println!(
+                "paths rtt {} {} {:?}: {} round trips, mean {:.0} ns, sd {:.0} ns",
+                kind.spec(),
+                args.version.name(),
+                args.link,
+                run.samples_ns.len(),
+                mean,
+                sd
+            );
+        }
+        Mode::Trace => {
+            let n = with_stack(
+                kind,
+                args.version,
+                Trace {
+                    size: args.size,
+                    rounds: args.rounds,
+                },
+            )?;
+            println!(
+                "paths trace {} {}: {n} round trips",
+                kind.spec(),
+                args.version.name()
+            );
+        }
+    }
+    Ok(())
+}
