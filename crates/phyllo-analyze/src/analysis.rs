@@ -5,6 +5,22 @@
 //! behaviour, Figure 3; execution-time breakdown, Figure 4; §4: dependent pairs, Table 1; fused
 //! pairs, Figure 5) with seed 000's trace length, CPI, iCPI and mCPI (§4.3) and virtual layouts
 //! (§3). The trace is consumed record by record ([`Analyzer::record`]) and never stored.
+//!
+//! **Repeated string instructions.** valgrind (lackey, and callgrind's `Ir` alike) reports one
+//! instruction fetch per *iteration* of a `rep`/`repe`/`repne`-prefixed string instruction
+//! (`rep stosb`, `rep movsq`, `repe cmpsb`, ...), plus one more for the final check when the
+//! count runs out: `rep stosb` with `rcx = 5` gives six `I` records and five stores. The
+//! analyzer counts a dynamic *execution* of such an instruction as one dynamic instruction: an
+//! `I` record at the same address as the immediately preceding `I` record, where the decoded
+//! instruction there is a repeated string instruction ([`crate::insn::Rep`]), is another
+//! iteration of the same execution (a new execution always has some other instruction fetched
+//! in between, as in `L: rep movsb; dec ecx; jnz L`). So the trace length, the instruction mix,
+//! the dependent pairs, the function profile, the i-cache models (one fetch), the fusion and
+//! layout models and the timing models' trace length all see one instruction per execution;
+//! the data accesses of every iteration still go to the data caches, and the iterations are
+//! charged as CPU cycles in the timing model ([`crate::timing::rep_cycles`]) and reported in
+//! [`Report::rep`]. An iteration is an `I` record of the execution followed by at least one
+//! data access (the final check reads and writes no memory).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -14,10 +30,10 @@ use crate::cache::{
     Cache, CacheConfig, CacheStats, GeometryError, Hierarchy, HierarchyConfig, Served,
 };
 use crate::codemap::{CodeMap, Compaction, NO_FUNC};
-use crate::insn::{fusion_alternatives, Class, FusionAlt, Insn};
+use crate::insn::{fusion_alternatives, Class, FusionAlt, Insn, Rep};
 use crate::layout::{Layout, Profile};
 use crate::roi::RoiFilter;
-use crate::timing::{Breakdown, TimingConfig, TimingRun};
+use crate::timing::{rep_extra_cycles, Breakdown, TimingConfig, TimingRun};
 use crate::trace::{Kind, LackeyReader, Record, Summary, TraceError};
 
 /// Why an analysis failed.
@@ -119,12 +135,49 @@ pub struct FusionResult {
     pub breakdown: Breakdown,
 }
 
+/// One kind of repeated string instruction (`REP STOSB`, `REPE CMPSB`, ...) in [`RepStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepOp {
+    /// Prefix and mnemonic, as `REP MOVSB`.
+    pub name: String,
+    /// Dynamic executions (each one instruction of the trace length).
+    pub executions: u64,
+    /// Iterations of all executions.
+    pub iterations: u64,
+    /// Bytes stored, moved, loaded, compared or scanned: iterations × element size.
+    pub bytes: u64,
+}
+
+/// Repeated string instructions in the region (see the module documentation): each
+/// execution is one instruction of [`Report::instructions`], the mix and the pairs; its
+/// iterations are counted here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepStats {
+    /// Dynamic executions.
+    pub executions: u64,
+    /// Iterations of all executions (`I` records followed by a data access).
+    pub iterations: u64,
+    /// Bytes stored, moved, loaded, compared or scanned (per string): iterations × element
+    /// size (1 for `stosb`, 2 for `stosw`, 4 for `stosd`, 8 for `stosq`; the same for `movs`,
+    /// `lods`, `cmps`, `scas`).
+    pub bytes: u64,
+    /// valgrind's instruction fetches (`I` records) of these executions, at least one per
+    /// execution, usually iterations + 1.
+    pub records: u64,
+    /// CPU cycles the timing models charge for the iterations beyond each execution's issue
+    /// cycle ([`crate::timing::rep_extra_cycles`]), summed; the same for every timing model.
+    pub extra_cycles: u64,
+    /// Per kind, most bytes first.
+    pub ops: Vec<RepOp>,
+}
+
 /// Everything one pass measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// Trace records read (all, in and out of the region).
     pub records: u64,
-    /// Instructions in the region (trace length).
+    /// Instructions in the region (trace length): a repeated string instruction counts once
+    /// per execution, however many iterations it runs ([`Report::rep`]).
     pub instructions: u64,
     /// Loads, stores and modifies in the region.
     pub data_refs: [u64; 3],
@@ -134,9 +187,12 @@ pub struct Report {
     pub caches: Vec<(HierarchyConfig, CacheStats, CacheStats, Option<CacheStats>)>,
     /// Per timing model: hierarchy index, parameters, breakdown.
     pub timings: Vec<(usize, TimingConfig, Breakdown)>,
-    /// Dynamic instruction mix.
+    /// Dynamic instruction mix (a repeated string instruction once per execution).
     pub mix: Vec<(Class, u64)>,
-    /// Dependent pairs, most frequent first.
+    /// Repeated string instructions: executions, iterations, bytes.
+    pub rep: RepStats,
+    /// Dependent pairs (a repeated string instruction is one element per execution), most
+    /// frequent first.
     pub pairs: Vec<PairCount>,
     /// All dynamic dependent pairs.
     pub dependent_pairs: u64,
@@ -153,6 +209,13 @@ pub struct Report {
 }
 
 impl Report {
+    /// valgrind's instruction fetches in the region: [`Report::instructions`] with every
+    /// iteration-fetch of a repeated string instruction counted, as lackey's `I` records and
+    /// callgrind's `Ir` count them.
+    pub fn instruction_records(&self) -> u64 {
+        self.instructions + self.rep.records - self.rep.executions
+    }
+
     /// Share of class `c` in the mix.
     pub fn mix_share(&self, c: Class) -> f64 {
         let t: u64 = self.mix.iter().map(|m| m.1).sum();
@@ -205,7 +268,16 @@ struct LayoutRun {
 struct Pending {
     idx: u32,
     taken_before: bool,
+    /// `I` records of this execution (more than one for a repeated string instruction).
+    fetches: u64,
+    /// Of these, those followed by a data access (a repeated string instruction's iterations).
+    iterations: u64,
+    /// Whether the last `I` record had a data access yet.
+    data: bool,
 }
+
+/// A kind of repeated string instruction in [`RepStats::ops`]: mnemonic and prefix.
+type RepKey = (iced_x86::Mnemonic, Rep);
 
 /// The one-pass analyzer.
 pub struct Analyzer<'m> {
@@ -220,6 +292,8 @@ pub struct Analyzer<'m> {
     cur: Option<Pending>,
     prev: Option<(u32, u64, u8)>,
     mix: [u64; 8],
+    rep: RepStats,
+    rep_ops: FxMap<u32, (RepKey, [u64; 3])>,
     pairs: FxMap<u32, u64>,
     dependent: u64,
     instrs: u64,
@@ -306,6 +380,8 @@ impl<'m> Analyzer<'m> {
             cur: None,
             prev: None,
             mix: [0; 8],
+            rep: RepStats::default(),
+            rep_ops: FxMap::default(),
             pairs: FxMap::default(),
             dependent: 0,
             instrs: 0,
@@ -326,26 +402,60 @@ impl<'m> Analyzer<'m> {
     fn flush(&mut self) {
         let Some(p) = self.cur.take() else { return };
         let insn = *self.map.insn(p.idx);
+        let extra = match insn.rep {
+            Some(rep) => {
+                let bytes = p.iterations.saturating_mul(rep.elem as u64);
+                let extra = rep_extra_cycles(&insn, p.iterations);
+                self.rep.executions += 1;
+                self.rep.iterations += p.iterations;
+                self.rep.bytes += bytes;
+                self.rep.records += p.fetches;
+                self.rep.extra_cycles += extra;
+                // F2 on movs/stos is a plain `rep`: only cmps/scas have two kinds.
+                let ne = rep.ne && Rep::compares(insn.mnemonic);
+                let key = ((insn.mnemonic as u32) << 1) | ne as u32;
+                let e = self
+                    .rep_ops
+                    .entry(key)
+                    .or_insert(((insn.mnemonic, rep), [0; 3]));
+                e.1[0] += 1;
+                e.1[1] += p.iterations;
+                e.1[2] += bytes;
+                extra
+            }
+            None => 0,
+        };
         for (h, t) in &mut self.timings {
-            t.step(&insn, p.taken_before, self.iserved[*h], self.dserved[*h]);
+            t.step_extra(
+                &insn,
+                p.taken_before,
+                self.iserved[*h],
+                self.dserved[*h],
+                extra,
+            );
         }
         if !self.fusion.is_empty() {
             let d = self.dserved[self.fusion_hier];
             for f in &mut self.fusion {
                 if !f.skipped_cur {
-                    f.timing.step(&insn, p.taken_before, f.served, d);
+                    f.timing
+                        .step_extra(&insn, p.taken_before, f.served, d, extra);
                 }
             }
         }
     }
 
-    /// Feeds one trace record.
+    /// Feeds one trace record. An `I` record that repeats the preceding one's address at a
+    /// repeated string instruction is another iteration of that execution, not a new
+    /// instruction (module documentation).
     #[inline]
     pub fn record(&mut self, r: Record) {
         self.records += 1;
         if r.kind != Kind::Instr {
-            if self.cur.is_none() {
-                return;
+            let Some(p) = self.cur.as_mut() else { return };
+            if !p.data {
+                p.data = true;
+                p.iterations += 1;
             }
             let k = match r.kind {
                 Kind::Load => 0,
@@ -365,6 +475,15 @@ impl<'m> Analyzer<'m> {
             self.flush_all();
             self.prev = None;
             return;
+        }
+        if let (Some(p), Some((prev, prev_addr, _))) = (self.cur.as_mut(), self.prev) {
+            if prev_addr == r.addr && self.map.insn(prev).rep.is_some() {
+                // The next iteration of the same execution: its data accesses still go to
+                // the data caches, nothing else sees it.
+                p.fetches += 1;
+                p.data = false;
+                return;
+            }
         }
         self.flush_all();
         let idx = self.map.lookup(r.addr, r.size);
@@ -403,7 +522,13 @@ impl<'m> Analyzer<'m> {
                 }
             }
         }
-        self.cur = Some(Pending { idx, taken_before });
+        self.cur = Some(Pending {
+            idx,
+            taken_before,
+            fetches: 1,
+            iterations: 0,
+            data: false,
+        });
         self.prev = Some((idx, r.addr, insn.len.max(r.size.min(255) as u8)));
     }
 
@@ -525,6 +650,19 @@ impl<'m> Analyzer<'m> {
             .map(|(i, &c)| (self.map.funcs()[i].name.clone(), c))
             .collect();
         functions.sort_by_key(|f| std::cmp::Reverse(f.1));
+        let mut rep = std::mem::take(&mut self.rep);
+        rep.ops = self
+            .rep_ops
+            .values()
+            .map(|&((mnemonic, r), [executions, iterations, bytes])| RepOp {
+                name: r.name(mnemonic),
+                executions,
+                iterations,
+                bytes,
+            })
+            .collect();
+        rep.ops
+            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
         Ok(Report {
             records: self.records,
             instructions: self.instrs,
@@ -551,6 +689,7 @@ impl<'m> Analyzer<'m> {
                 .iter()
                 .map(|&c| (c, self.mix[c as usize]))
                 .collect(),
+            rep,
             pairs,
             dependent_pairs: self.dependent,
             fusion: self
@@ -621,6 +760,161 @@ mod tests {
         let mut map = CodeMap::new(&[]);
         let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, setup()).unwrap();
         assert_eq!(a.run(TRACE.as_bytes()).unwrap().instructions, 6);
+    }
+
+    /// At 0x1000: `mov ecx, 16; rep stosb; add rax, rcx; dec edx; jne 0x1000; ret`.
+    const LOOP: [u8; 15] = [
+        0xb9, 0x10, 0, 0, 0, 0xf3, 0xaa, 0x48, 0x01, 0xc8, 0xff, 0xca, 0x75, 0xf2, 0xc3,
+    ];
+
+    /// The lackey trace of `rounds` rounds of [`LOOP`] storing `n` bytes each: one `I` record
+    /// and one store per iteration, then the final `I` record of the count check.
+    fn loop_trace(rounds: u64, n: u64) -> String {
+        let mut t = String::from("==7== Lackey\n");
+        for round in 0..rounds {
+            t.push_str("I  00001000,5\n");
+            for k in 0..n {
+                t.push_str(&format!(
+                    "I  00001005,2\n S {:08x},1\n",
+                    0x8000 + round * n + k
+                ));
+            }
+            t.push_str("I  00001005,2\nI  00001007,3\nI  0000100a,2\nI  0000100c,2\n");
+        }
+        t.push_str("I  0000100e,1\n");
+        t
+    }
+
+    fn run_loop(rounds: u64, n: u64) -> Report {
+        let img = crate::image::Image::synthetic("fill", 0x1000, &LOOP);
+        let mut map = CodeMap::new(&[(&img, 0)]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, setup()).unwrap();
+        a.run(loop_trace(rounds, n).as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn rep_stosb_counts_once_per_execution() {
+        let r = run_loop(3, 16);
+        // 5 instructions per round + ret; lackey has 3 × (1 + 17 + 3) + 1 fetches.
+        assert_eq!(r.instructions, 16);
+        assert_eq!(r.instruction_records(), 64);
+        assert_eq!(r.records, 64 + 48);
+        assert_eq!(r.timings[0].2.instructions, 16);
+        assert_eq!(
+            r.rep,
+            RepStats {
+                executions: 3,
+                iterations: 48,
+                bytes: 48,
+                records: 51,
+                extra_cycles: 3, // 16 bytes: 2 cycles, 1 beyond the issue cycle
+                ops: vec![RepOp {
+                    name: "REP STOSB".into(),
+                    executions: 3,
+                    iterations: 48,
+                    bytes: 48,
+                }],
+            }
+        );
+        // One fetch per execution for the i-cache (one 32 B line: one cold miss).
+        assert_eq!((r.caches[0].1.accesses(), r.caches[0].1.misses()), (16, 1));
+        // Every store of every iteration reaches the data cache: 48 bytes, 2 lines.
+        assert_eq!(r.data_refs, [0, 48, 0]);
+        assert_eq!(r.caches[0].2.writes, 48);
+        assert_eq!(r.caches[0].2.misses(), 2);
+        // The mix: mov, add, dec are integer ALU; rep stosb one store per execution.
+        assert_eq!(r.mix_share(Class::Store), 3.0 / 16.0);
+        assert_eq!(r.mix_share(Class::IntAlu), 9.0 / 16.0);
+        assert_eq!(r.mix_share(Class::CondBranch), 3.0 / 16.0);
+        // Pairs: MOV→STOSB (rcx), STOSB→ADD (rcx), DEC→JNE (flags); no STOSB→STOSB.
+        assert_eq!(r.dependent_pairs, 9);
+        let mut pairs: Vec<(&str, &str, u64)> = r
+            .pairs
+            .iter()
+            .map(|p| (p.first.as_str(), p.second.as_str(), p.count))
+            .collect();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            [("DEC", "JNE", 3), ("MOV", "STOSB", 3), ("STOSB", "ADD", 3)]
+        );
+        assert!(r.pairs.iter().all(|p| p.share <= 3.0 / 16.0));
+        assert_eq!(r.functions, [("fill".to_string(), 16)]);
+        assert_eq!(r.profile.calls.values().sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn rep_iterations_cost_cycles_not_instructions() {
+        let (short, long) = (run_loop(3, 16), run_loop(3, 160));
+        assert_eq!(short.instructions, long.instructions);
+        assert_eq!(long.rep.iterations, 480);
+        assert_eq!(long.rep.bytes, 480);
+        // 160 bytes: 20 cycles, 19 beyond issue, per execution.
+        assert_eq!(long.rep.extra_cycles, 57);
+        let (a, b) = (short.timings[0].2, long.timings[0].2);
+        assert_eq!(a.instructions, b.instructions);
+        assert_eq!(b.cpu - a.cpu, 57 - 3);
+        assert!(b.cpi > a.cpi);
+        assert_eq!(long.caches[0].2.writes, 480);
+        assert_eq!(long.caches[0].1.accesses(), 16);
+    }
+
+    /// valgrind 3.19 lackey's own trace of a C function (gcc -O1, inline assembly):
+    /// `rep stosb` with rcx = 5, `rep movsb` with rcx = 3, `rep stosb` with rcx = 0, and a
+    /// `repe cmpsb` with rcx = 4 that stops at the second byte. callgrind counts 33 `Ir`.
+    #[test]
+    fn real_lackey_rep_trace() {
+        const MAIN: [u8; 82] = [
+            0xb8, 0x07, 0, 0, 0, 0x48, 0x8d, 0x15, 0x4b, 0x2f, 0, 0, 0x48, 0x89, 0xd7, 0xb9, 0x05,
+            0, 0, 0, 0x90, 0x90, 0xf3, 0xaa, 0x90, 0x90, 0x4c, 0x8d, 0x05, 0xf6, 0x2e, 0, 0, 0x48,
+            0x89, 0xd7, 0x4c, 0x89, 0xc6, 0xb9, 0x03, 0, 0, 0, 0xf3, 0xa4, 0x48, 0x89, 0xd7, 0xb9,
+            0, 0, 0, 0, 0xf3, 0xaa, 0xc6, 0x05, 0x19, 0x2f, 0, 0, 0x01, 0x48, 0x89, 0xd7, 0x4c,
+            0x89, 0xc6, 0xb9, 0x04, 0, 0, 0, 0xf3, 0xa6, 0xb8, 0, 0, 0, 0, 0xc3,
+        ];
+        #[rustfmt::skip]
+        const T: [&str; 49] = [
+            "I  00109129,5", "I  0010912e,7", "I  00109135,3", "I  00109138,5", "I  0010913d,1",
+            "I  0010913e,1", "I  0010913f,2", " S 0010c080,1", "I  0010913f,2", " S 0010c081,1",
+            "I  0010913f,2", " S 0010c082,1", "I  0010913f,2", " S 0010c083,1", "I  0010913f,2",
+            " S 0010c084,1", "I  0010913f,2", "I  00109141,1", "I  00109142,1", "I  00109143,7",
+            "I  0010914a,3", "I  0010914d,3", "I  00109150,5", "I  00109155,2", " L 0010c040,1",
+            " S 0010c080,1", "I  00109155,2", " L 0010c041,1", " S 0010c081,1", "I  00109155,2",
+            " L 0010c042,1", " S 0010c082,1", "I  00109155,2", "I  00109157,3", "I  0010915a,5",
+            "I  0010915f,2", "I  00109161,7", " S 0010c081,1", "I  00109168,3", "I  0010916b,3",
+            "I  0010916e,5", "I  00109173,2", " L 0010c080,1", " L 0010c040,1", "I  00109173,2",
+            " L 0010c081,1", " L 0010c041,1", "I  00109175,5", "I  0010917a,1",
+        ];
+        let img = crate::image::Image::synthetic("main", 0x1129, &MAIN);
+        let mut map = CodeMap::new(&[(&img, 0x108000)]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, setup()).unwrap();
+        let r = a.run(format!("{}\n", T.join("\n")).as_bytes()).unwrap();
+        assert_eq!(r.instruction_records(), 33);
+        assert_eq!(r.instructions, 24);
+        assert_eq!(r.data_refs, [7, 9, 0]);
+        assert_eq!(
+            (r.rep.executions, r.rep.iterations, r.rep.bytes),
+            (4, 10, 10)
+        );
+        assert_eq!(r.rep.records, 13);
+        let ops: Vec<(&str, u64, u64, u64)> = r
+            .rep
+            .ops
+            .iter()
+            .map(|o| (o.name.as_str(), o.executions, o.iterations, o.bytes))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("REP STOSB", 2, 5, 5),
+                ("REP MOVSB", 1, 3, 3),
+                ("REPE CMPSB", 1, 2, 2)
+            ]
+        );
+        assert_eq!(r.caches[0].2.accesses(), 16);
+        // One fetch per instruction, two for the two that straddle a 32 B line (both rep
+        // stosb at 0x10913f and 0x10915f): lackey's 33 fetches would have been 40 accesses.
+        assert_eq!(r.caches[0].1.accesses(), 26);
+        assert!(!r.pairs.iter().any(|p| p.first == p.second));
     }
 
     #[test]

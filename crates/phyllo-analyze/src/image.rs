@@ -183,6 +183,28 @@ impl Image {
 }
 
 #[cfg(test)]
+impl Image {
+    /// A synthetic image for tests: `bytes` of code at link-time `addr`, one function `name`
+    /// over all of them.
+    pub(crate) fn synthetic(name: &str, addr: u64, bytes: &[u8]) -> Image {
+        Image {
+            funcs: vec![Func {
+                start: addr,
+                size: (bytes.len() as u64).max(1),
+                name: name.to_string(),
+            }],
+            raw_names: vec![(name.to_string(), 0)],
+            code: vec![Code {
+                addr,
+                bytes: bytes.to_vec(),
+            }],
+            pie: false,
+            name: "synthetic".into(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

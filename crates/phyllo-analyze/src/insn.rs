@@ -28,6 +28,11 @@
 //!   AND with every Jcc; CMP, ADD, SUB not with JO/JNO/JS/JNS/JP/JNP; INC, DEC only with
 //!   JE/JNE/JL/JGE/JLE/JG; never memory + immediate; ADD/SUB/AND/INC/DEC only with a register
 //!   destination. AMD Zen 1/2: CMP/TEST + Jcc, never memory + immediate.
+//! - **Repeated string instructions** (`rep stosb`, `rep movsq`, `repe cmpsb`, `repne scasb`,
+//!   ...): one static instruction whose [`Insn::rep`] records the prefix and the element size.
+//!   valgrind reports one instruction fetch per *iteration* of such an instruction; the analysis
+//!   ([`crate::analysis`]) folds them into one dynamic instruction per execution and reports the
+//!   iterations and bytes apart ([`crate::analysis::RepStats`]).
 
 use iced_x86::{
     Code, ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory,
@@ -147,6 +152,59 @@ pub fn fusion_alternatives() -> Vec<FusionAlt> {
     v
 }
 
+/// The repeat prefix and element size of a `rep`/`repe`/`repne`-prefixed string instruction
+/// (`movs`, `stos`, `lods`, `cmps`, `scas`, `ins`, `outs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rep {
+    /// `true` for an F2 prefix (`repne`/`repnz`), `false` for F3 (`rep`, `repe`/`repz`).
+    pub ne: bool,
+    /// Bytes per iteration and string: 1 for `stosb`, 2 for `stosw`, 4 for `stosd`, 8 for
+    /// `stosq`, the same for `movs`, `lods`, `cmps`, `scas`, `ins` and `outs`.
+    pub elem: u8,
+}
+
+impl Rep {
+    /// The prefix and element size of `i`, if it is a repeat-prefixed string instruction
+    /// (`rep ret`, `pause` = `rep nop`, `tzcnt` = `rep bsf` and SSE `movsd`/`cmpsd` are not).
+    pub fn of(i: &Instruction) -> Option<Rep> {
+        if !i.is_string_instruction()
+            || !(i.has_rep_prefix() || i.has_repe_prefix() || i.has_repne_prefix())
+        {
+            return None;
+        }
+        Some(Rep {
+            ne: i.has_repne_prefix(),
+            elem: i.memory_size().size().clamp(1, 64) as u8,
+        })
+    }
+
+    /// Whether the instruction compares (`cmps`, `scas`): it ends on a condition as well as on
+    /// the count.
+    pub fn compares(mnemonic: Mnemonic) -> bool {
+        matches!(
+            mnemonic,
+            Mnemonic::Cmpsb
+                | Mnemonic::Cmpsw
+                | Mnemonic::Cmpsd
+                | Mnemonic::Cmpsq
+                | Mnemonic::Scasb
+                | Mnemonic::Scasw
+                | Mnemonic::Scasd
+                | Mnemonic::Scasq
+        )
+    }
+
+    /// Assembly-style name with the prefix, as `REP STOSB`, `REPE CMPSB` or `REPNE SCASB`.
+    pub fn name(self, mnemonic: Mnemonic) -> String {
+        let prefix = match (Rep::compares(mnemonic), self.ne) {
+            (true, false) => "REPE",
+            (true, true) => "REPNE",
+            (false, _) => "REP",
+        };
+        format!("{prefix} {}", format!("{mnemonic:?}").to_ascii_uppercase())
+    }
+}
+
 /// What the analysis needs of one static instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Insn {
@@ -168,6 +226,9 @@ pub struct Insn {
     pub fuse: u8,
     /// Latency class for the timing model: 1 simple, or more (mul, div).
     pub latency: u8,
+    /// Repeat prefix and element size of a repeated string instruction (`rep stosb`, ...);
+    /// `None` for every other instruction.
+    pub rep: Option<Rep>,
 }
 
 impl Insn {
@@ -183,6 +244,7 @@ impl Insn {
             flags_written: 0,
             fuse: 0,
             latency: 1,
+            rep: None,
         }
     }
 
@@ -299,6 +361,7 @@ pub fn describe(
         flags_written: i.rflags_modified(),
         fuse,
         latency,
+        rep: Rep::of(i),
     }
 }
 
@@ -470,6 +533,32 @@ mod tests {
             v[3].fuse,
             (1 << FuseCat::T2I as u8) | (1 << FuseCat::Intel as u8) | (1 << FuseCat::Zen as u8)
         );
+    }
+
+    #[test]
+    fn repeated_string_instructions() {
+        let rep = |code: &[u8]| desc(code)[0].rep;
+        // rep stosb, rep stosq, rep movsd, rep stosw (66 prefix), repe cmpsb, repne scasb.
+        assert_eq!(rep(&[0xf3, 0xaa]), Some(Rep { ne: false, elem: 1 }));
+        assert_eq!(rep(&[0xf3, 0x48, 0xab]), Some(Rep { ne: false, elem: 8 }));
+        assert_eq!(rep(&[0xf3, 0xa5]), Some(Rep { ne: false, elem: 4 }));
+        assert_eq!(rep(&[0x66, 0xf3, 0xab]), Some(Rep { ne: false, elem: 2 }));
+        assert_eq!(rep(&[0xf3, 0xa6]), Some(Rep { ne: false, elem: 1 }));
+        assert_eq!(rep(&[0xf2, 0xae]), Some(Rep { ne: true, elem: 1 }));
+        // Not repeated string instructions: plain stosb, rep ret, pause, tzcnt, SSE movsd.
+        assert_eq!(rep(&[0xaa]), None);
+        assert_eq!(rep(&[0xf3, 0xc3]), None);
+        assert_eq!(rep(&[0xf3, 0x90]), None);
+        assert_eq!(rep(&[0xf3, 0x48, 0x0f, 0xbc, 0xc1]), None);
+        assert_eq!(rep(&[0xf2, 0x0f, 0x10, 0xc1]), None);
+        let v = desc(&[0xf3, 0xaa, 0xf3, 0xa6, 0xf2, 0xae, 0xf3, 0x48, 0xa5]);
+        let names: Vec<String> = v.iter().map(|i| i.rep.unwrap().name(i.mnemonic)).collect();
+        assert_eq!(
+            names,
+            ["REP STOSB", "REPE CMPSB", "REPNE SCASB", "REP MOVSQ"]
+        );
+        // rep stosb writes memory: a store; repe cmpsb only reads: a load.
+        assert_eq!((v[0].class, v[1].class), (Class::Store, Class::Load));
     }
 
     #[test]

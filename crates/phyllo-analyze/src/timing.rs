@@ -18,7 +18,18 @@
 //!   never wait for their operands; results are ready after
 //!   the instruction's latency, plus for loads the data-access latency (L1 hit latency, or the
 //!   L2/memory latency on a miss: non-blocking, stall on use); stores retire into a write
-//!   buffer and never stall.
+//!   buffer and never stall;
+//! - a repeated string instruction (`rep stosb`, `rep movsq`, `repe cmpsb`, ...) is one
+//!   instruction of the trace length however many iterations it runs (see
+//!   [`crate::analysis::RepStats`]); its iterations are charged as CPU cycles instead,
+//!   [`rep_cycles`]: one cycle per 8 bytes for `movs`/`stos`/`lods`/`ins`/`outs` (fast-string
+//!   microcode moves wide chunks whatever the element size; a quadword per cycle is a simple,
+//!   conservative rate that leaves out its start-up cost), one cycle per element for
+//!   `cmps`/`scas` (they test their condition after every element). The instruction holds the
+//!   issue stage for those cycles (it is microcoded: nothing issues beside or after it
+//!   meanwhile) and its results (`rcx`, `rdi`, `rsi`, flags) are ready that much later. The
+//!   data accesses of all its iterations go through the caches; the timing model sees the
+//!   slowest one, once, as for any instruction.
 //!
 //! Every trace is run through three copies of the pipeline: *perfect* memory (every access
 //! hits L1; its time is the CPU time and gives iCPI), *perfect i-cache* (real data caches), and
@@ -26,7 +37,7 @@
 //! perfect-i-cache. Stalls that overlap therefore count as data access, as in the seed.
 
 use crate::cache::Served;
-use crate::insn::{Class, Insn};
+use crate::insn::{Class, Insn, Rep};
 
 /// Parameters of the timing model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -74,6 +85,24 @@ impl TimingConfig {
     }
 }
 
+/// Cycles a repeated string instruction takes for `iterations` iterations (at least 1, the
+/// issue cycle of any instruction): `ceil(iterations × element size / 8)` for `movs`, `stos`,
+/// `lods`, `ins`, `outs`; `iterations` for `cmps` and `scas`. 1 for any other instruction.
+pub fn rep_cycles(insn: &Insn, iterations: u64) -> u64 {
+    let Some(rep) = insn.rep else { return 1 };
+    let c = if Rep::compares(insn.mnemonic) {
+        iterations
+    } else {
+        iterations.saturating_mul(rep.elem as u64).div_ceil(8)
+    };
+    c.max(1)
+}
+
+/// The cycles of [`rep_cycles`] beyond the issue cycle every instruction takes.
+pub fn rep_extra_cycles(insn: &Insn, iterations: u64) -> u64 {
+    rep_cycles(insn, iterations) - 1
+}
+
 const FLAGS: usize = 48;
 const RING: usize = 64;
 
@@ -111,6 +140,22 @@ impl Pipe {
         taken_before: bool,
         ifetch: Served,
         data: Served,
+    ) {
+        self.step_extra(cfg, insn, taken_before, ifetch, data, 0);
+    }
+
+    /// [`Pipe::step`] for an instruction that holds the issue stage `extra` cycles beyond its
+    /// issue cycle (a repeated string instruction, [`rep_extra_cycles`]): nothing issues until
+    /// they have passed, and its results are ready `extra` cycles later.
+    #[inline]
+    pub fn step_extra(
+        &mut self,
+        cfg: &TimingConfig,
+        insn: &Insn,
+        taken_before: bool,
+        ifetch: Served,
+        data: Served,
+        extra: u64,
     ) {
         let q = (cfg.fetch_queue as usize).clamp(1, RING);
         let slot = (self.n as usize) % q;
@@ -150,7 +195,11 @@ impl Pipe {
             self.in_cycle = 0;
         }
         self.in_cycle += 1;
-        let mut lat = insn.latency as u64;
+        if extra > 0 {
+            self.cycle = t + extra;
+            self.in_cycle = cfg.issue_width;
+        }
+        let mut lat = insn.latency as u64 + extra;
         if insn.class == Class::Load {
             lat += cfg.l1_latency as u64 + cfg.penalty(data);
         }
@@ -195,7 +244,7 @@ pub struct TimingRun {
 /// Execution time split as seed 003 Figure 4 does, and seed 000's CPI figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Breakdown {
-    /// Instructions (trace length).
+    /// Instructions (trace length; a repeated string instruction counts once per execution).
     pub instructions: u64,
     /// Total cycles.
     pub cycles: u64,
@@ -225,11 +274,26 @@ impl TimingRun {
     /// Feeds one instruction.
     #[inline]
     pub fn step(&mut self, insn: &Insn, taken_before: bool, ifetch: Served, data: Served) {
+        self.step_extra(insn, taken_before, ifetch, data, 0);
+    }
+
+    /// Feeds one instruction that holds the issue stage `extra` more cycles
+    /// ([`Pipe::step_extra`]): the iterations of a repeated string instruction.
+    #[inline]
+    pub fn step_extra(
+        &mut self,
+        insn: &Insn,
+        taken_before: bool,
+        ifetch: Served,
+        data: Served,
+        extra: u64,
+    ) {
         self.perfect
-            .step(&self.cfg, insn, taken_before, Served::L1, Served::L1);
+            .step_extra(&self.cfg, insn, taken_before, Served::L1, Served::L1, extra);
         self.perfect_i
-            .step(&self.cfg, insn, taken_before, Served::L1, data);
-        self.real.step(&self.cfg, insn, taken_before, ifetch, data);
+            .step_extra(&self.cfg, insn, taken_before, Served::L1, data, extra);
+        self.real
+            .step_extra(&self.cfg, insn, taken_before, ifetch, data, extra);
     }
 
     /// The breakdown so far.
@@ -305,6 +369,40 @@ mod tests {
         };
         p.step(&cfg, &jcc, false, Served::L1, Served::L1);
         assert_eq!(p.cycles(), 2);
+    }
+
+    #[test]
+    fn repeated_string_cost() {
+        let stos = |elem: u8, mnemonic: Mnemonic| Insn {
+            class: Class::Store,
+            mnemonic,
+            reads: 0b11,
+            writes: 0b11,
+            rep: Some(Rep { ne: false, elem }),
+            ..Insn::unknown(2)
+        };
+        let stosb = stos(1, Mnemonic::Stosb);
+        assert_eq!(rep_cycles(&stosb, 0), 1);
+        assert_eq!(rep_cycles(&stosb, 5), 1);
+        assert_eq!(rep_cycles(&stosb, 1500), 188);
+        assert_eq!(rep_cycles(&stos(8, Mnemonic::Stosq), 188), 188);
+        assert_eq!(rep_cycles(&stos(1, Mnemonic::Cmpsb), 40), 40);
+        assert_eq!(rep_extra_cycles(&stosb, 64), 7);
+        assert_eq!(rep_extra_cycles(&alu(1, 1), 1000), 0);
+        // A 4-wide machine: rep stosb of 64 bytes holds issue 8 cycles, then two independent
+        // instructions issue together, and one that reads rcx waits for it.
+        let cfg = TimingConfig::default();
+        let mut p = Pipe::default();
+        p.step_extra(&cfg, &stosb, false, Served::L1, Served::L1, 7);
+        assert_eq!(p.cycles(), 8);
+        p.step(&cfg, &alu(0, 1 << 4), false, Served::L1, Served::L1);
+        p.step(&cfg, &alu(0, 1 << 5), false, Served::L1, Served::L1);
+        assert_eq!(p.cycles(), 9);
+        let mut q = Pipe::default();
+        q.step_extra(&cfg, &stosb, false, Served::L1, Served::L1, 7);
+        q.step(&cfg, &alu(0b10, 1 << 4), false, Served::L1, Served::L1);
+        assert_eq!(q.cycles(), 9);
+        assert_eq!(q.instructions(), 2);
     }
 
     #[test]

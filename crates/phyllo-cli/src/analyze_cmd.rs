@@ -133,6 +133,16 @@ pub fn pct(x: f64) -> String {
 pub fn render(r: &Report, top: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "trace length {} instructions, {} loads, {} stores, {} modifies; {} records read; region entered {} time(s)", r.instructions, r.data_refs[0], r.data_refs[1], r.data_refs[2], r.records, r.roi_entries);
+    if r.rep.executions > 0 {
+        let _ = writeln!(s, "repeated string instructions (one instruction per execution in the trace length, mix and pairs): {} executions, {} iterations, {} bytes ({} valgrind fetches)", r.rep.executions, r.rep.iterations, r.rep.bytes, r.rep.records);
+        for o in r.rep.ops.iter().take(top) {
+            let _ = writeln!(
+                s,
+                "  {:<12} {:>10} executions {:>12} iterations {:>14} bytes",
+                o.name, o.executions, o.iterations, o.bytes
+            );
+        }
+    }
     let _ = writeln!(s, "\ncaches:");
     for (h, i, d, l2) in &r.caches {
         let _ = write!(
