@@ -94,6 +94,8 @@ impl FieldRegistry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     locs: Vec<FieldLoc>,
+    /// Each field's name, indexed like `locs`.
+    names: Vec<&'static str>,
     header_len: usize,
     order: ByteOrder,
     /// Byte range of each layer's own header (per-layer layouts) for listings.
@@ -313,6 +315,7 @@ impl Layout {
             upper_fields: upper_fields(specs, &locs, layers, header_len),
             field_mask: bit_mask(&locs, header_len, order),
             access: locs.iter().map(|&l| Access::new(l, header_len)).collect(),
+            names: specs.iter().map(|s| s.name).collect(),
             locs,
             header_len,
             order,
@@ -336,6 +339,22 @@ impl Layout {
     /// All locations, indexed by handle.
     pub fn locs(&self) -> &[FieldLoc] {
         &self.locs
+    }
+
+    /// Where the (first) field called `name` lives.
+    pub fn find(&self, name: &str) -> Option<FieldLoc> {
+        let i = self.names.iter().position(|n| *n == name)?;
+        self.locs.get(i).copied()
+    }
+
+    /// A mask (one byte per header byte) of the bits of the fields called `names`; `None`
+    /// if one of them is not in the layout.
+    pub fn mask_of(&self, names: &[&str]) -> Option<Vec<u8>> {
+        let locs = names
+            .iter()
+            .map(|n| self.find(n))
+            .collect::<Option<Vec<FieldLoc>>>()?;
+        Some(crate::field::bit_mask(&locs, self.header_len, self.order))
     }
 
     /// Bytes of header in front of every body.

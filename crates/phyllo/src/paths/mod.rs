@@ -14,9 +14,13 @@
 //!   the analyzer simulates it on the trace (`phyllo-analyze`'s virtual layouts) and the
 //!   `paths` command can relink with it.
 //!
+//! - **Classifier** ([`classify`]): path-inlined code may only take datagrams of the path it
+//!   assumes; a compact key, matched exactly, decides.
+//!
 //! Every version of a stack is the same protocol: the tests check that all of them put the
 //! same datagrams on the wire and deliver the same messages, under faults too.
 
+pub mod classify;
 pub mod frame;
 pub mod rpc;
 pub mod tcpip;
