@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 use phyllo::conn::BuildError;
 use phyllo::harness::Pair;
 use phyllo::link::memlink::MemLink;
+use phyllo::paths::classify::{flow_fields, Classifier, Route};
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet, Role};
 
@@ -48,6 +49,9 @@ pub enum Mode {
     Rtt,
     /// Run round trips between the analyzer's region markers (for valgrind).
     Trace,
+    /// Classify datagrams between the analyzer's region markers (the classifier's own cost,
+    /// for callgrind); `--rounds` datagrams.
+    Classify,
 }
 
 /// Where round trips go.
@@ -145,6 +149,114 @@ impl OnStack for Trace {
     }
 }
 
+/// The datagrams of one round trip's request and reply, and a classifier for each end's
+/// incoming flow, learned from them (ALL's code).
+pub struct Learned {
+    /// Classifies what reaches B (A's flow).
+    pub at_b: Classifier,
+    /// Classifies what reaches A (B's flow).
+    pub at_a: Classifier,
+    /// A request as it reached B and a reply as it reached A.
+    pub samples: [Vec<u8>; 2],
+}
+
+/// Run one round trip over `a` and `b` directly (no link): every datagram is moved by hand, so
+/// each end may classify what reaches it first — `Some` classifiers route a datagram to the
+/// connection only if it matches (else it is counted in `general` and dropped: no other flow
+/// exists here). Returns the request and reply datagrams as they arrived.
+pub fn direct_round_trip<S: LayerSet>(
+    a: &mut Connection<S>,
+    b: &mut Connection<S>,
+    now: phyllo::Time,
+    data: &[u8],
+    classify: Option<(&Classifier, &Classifier)>,
+    general: &mut u64,
+) -> Result<[Vec<u8>; 2]> {
+    fn carry<S: LayerSet>(
+        from: &mut Connection<S>,
+        to: &mut Connection<S>,
+        now: phyllo::Time,
+        c: Option<&Classifier>,
+        general: &mut u64,
+        seen: &mut Vec<u8>,
+    ) {
+        while let Some(m) = from.poll_transmit() {
+            if seen.is_empty() {
+                seen.extend_from_slice(m.data());
+            }
+            match c.map_or(Route::Inlined, |c| c.route(m.data())) {
+                Route::Inlined => to.handle_datagram(now, m.data()),
+                Route::General => *general += 1,
+            }
+            from.recycle(m);
+        }
+    }
+    let (mut req, mut rep) = (Vec::new(), Vec::new());
+    a.send(now, data)?;
+    carry(a, b, now, classify.map(|c| c.0), general, &mut req);
+    let Some(m) = b.poll_delivery() else {
+        bail!("the request was not delivered");
+    };
+    b.send(now, m.data())?;
+    b.recycle(m);
+    carry(b, a, now, classify.map(|c| c.1), general, &mut rep);
+    let Some(m) = a.poll_delivery() else {
+        bail!("the reply was not delivered");
+    };
+    a.recycle(m);
+    for c in [&mut *a, &mut *b] {
+        if c.poll_timeout().is_some_and(|t| t <= now) {
+            c.handle_timeout(now);
+        }
+    }
+    Ok([req, rep])
+}
+
+/// Learn both ends' classifiers from one round trip of `a` and `b` (a stack of `kind`).
+pub fn learn<S: LayerSet>(
+    kind: StackKind,
+    a: &mut Connection<S>,
+    b: &mut Connection<S>,
+) -> Result<Learned> {
+    let mut general = 0;
+    let [req, rep] = direct_round_trip(a, b, phyllo::Time::ZERO, &[0x5a], None, &mut general)?;
+    let fields = flow_fields(kind);
+    Ok(Learned {
+        at_b: Classifier::learn(b.layout(), fields, &req)?,
+        at_a: Classifier::learn(a.layout(), fields, &rep)?,
+        samples: [req, rep],
+    })
+}
+
+/// Classify datagrams inside the analyzer's markers: the classifier's own cost.
+struct ClassifyRun {
+    kind: StackKind,
+    rounds: usize,
+}
+
+impl OnStack for ClassifyRun {
+    type Out = Result<usize>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<usize> {
+        let mut a = make(config(Role::Initiator, false))?;
+        let mut b = make(config(Role::Responder, false))?;
+        let l = learn(self.kind, &mut a, &mut b)?;
+        // B's classifier sees its flow's request and the reverse flow's reply by turns: a
+        // match and a miss.
+        let inputs = [&l.samples[0][..], &l.samples[1][..]];
+        let hits = phyllo_analyze::roi::run(|| {
+            let mut hits = 0;
+            for i in 0..self.rounds {
+                hits += usize::from(l.at_b.matches(std::hint::black_box(inputs[i & 1])));
+            }
+            hits
+        });
+        Ok(hits)
+    }
+}
+
 /// A count of completed round trips that must reach `want`.
 trait Rounds {
     fn then_some_rounds(self, want: usize) -> Result<usize>;
@@ -222,6 +334,22 @@ pub fn main(args: PathsArgs) -> Result<()> {
                 run.samples_ns.len(),
                 mean,
                 sd
+            );
+        }
+        Mode::Classify => {
+            let hits = with_stack(
+                kind,
+                args.version,
+                ClassifyRun {
+                    kind,
+                    rounds: args.rounds,
+                },
+            )?;
+            println!(
+                "paths classify {} {}: {} datagrams, {hits} matched",
+                kind.spec(),
+                args.version.name(),
+                args.rounds
             );
         }
         Mode::Trace => {

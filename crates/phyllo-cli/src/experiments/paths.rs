@@ -12,7 +12,7 @@
 //!   as virtual layouts of OUT's and PIN's traces.
 
 use crate::measure::{config, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
-use crate::paths_cmd::mean_sd;
+use crate::paths_cmd::{direct_round_trip, learn, mean_sd};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{Context, Result};
 use phyllo::conn::BuildError;
@@ -108,6 +108,7 @@ impl Experiment for Paths {
         };
         instructions(quick, &mut sec)?;
         round_trips(quick, &mut sec)?;
+        classifier(quick, &mut sec)?;
         Ok(Outcome::Done(sec))
     }
 }
@@ -231,4 +232,145 @@ fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
         sec.tables.push(table);
     }
     Ok(())
+}
+
+/// The classifier's own cost and its effect on round trips (ALL's code).
+struct ClassifierCost {
+    kind: StackKind,
+    packets: usize,
+    rounds: usize,
+    runs: usize,
+}
+
+/// What [`ClassifierCost`] measured.
+struct Cost {
+    /// ns per classification.
+    ns: f64,
+    /// Round trip without classification, mean ns of each run.
+    plain: Vec<f64>,
+    /// The same with it.
+    classified: Vec<f64>,
+    /// Header bytes the key's words span.
+    key_bytes: usize,
+}
+
+impl OnStack for ClassifierCost {
+    type Out = Result<Cost>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<Cost> {
+        let mut a = make(config(Role::Initiator, false))?;
+        let mut b = make(config(Role::Responder, false))?;
+        let l = learn(self.kind, &mut a, &mut b)?;
+        let inputs = [&l.samples[0][..], &l.samples[1][..]];
+        let t0 = std::time::Instant::now();
+        let mut hits = 0usize;
+        for i in 0..self.packets {
+            hits += usize::from(l.at_b.matches(std::hint::black_box(inputs[i & 1])));
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / self.packets.max(1) as f64;
+        anyhow::ensure!(hits == self.packets.div_ceil(2), "the classifier misrouted");
+        let epoch = std::time::Instant::now();
+        let (mut plain, mut classified) = (Vec::new(), Vec::new());
+        let mut general = 0;
+        let data = [0x5au8];
+        for _ in 0..self.runs {
+            for with in [false, true] {
+                let c = with.then_some((&l.at_b, &l.at_a));
+                let t = std::time::Instant::now();
+                for _ in 0..self.rounds {
+                    let now = phyllo::Time(epoch.elapsed().as_nanos() as u64);
+                    direct_round_trip(&mut a, &mut b, now, &data, c, &mut general)?;
+                }
+                let per = t.elapsed().as_nanos() as f64 / self.rounds.max(1) as f64;
+                if with {
+                    classified.push(per);
+                } else {
+                    plain.push(per);
+                }
+            }
+        }
+        anyhow::ensure!(
+            general == 0,
+            "{general} datagrams of the flow were not matched"
+        );
+        Ok(Cost {
+            ns,
+            plain,
+            classified,
+            key_bytes: l.at_b.key_bytes(),
+        })
+    }
+}
+
+/// The classifier: instructions (callgrind) and time per datagram, and round trips with and
+/// without it in front of both ends.
+fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
+    let (packets, rounds, runs) = if quick {
+        (1_000_000, 3000, 3)
+    } else {
+        (10_000_000, 30_000, 10)
+    };
+    let mut table = Table {
+        title: "The path classifier (ALL's code): its own cost per datagram, and round trips \
+                over a direct hand-off with and without it at both ends (measured)"
+            .into(),
+        headers: [
+            "stack",
+            "key bytes compared",
+            "instructions per datagram",
+            "ns per datagram",
+            "round trip without, ns",
+            "with, ns",
+            "Δ per round trip (2 datagrams), ns",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    let exe = super::phyllo_exe().filter(|_| capture::have_valgrind());
+    for kind in StackKind::BOTH {
+        let cost = with_stack(
+            kind,
+            Version::All,
+            ClassifierCost {
+                kind,
+                packets,
+                rounds,
+                runs,
+            },
+        )?;
+        let insns = match &exe {
+            Some(exe) => {
+                let n = if quick { 20_000 } else { 200_000 };
+                let mut w = trace_workload(exe, kind, Version::All, n);
+                w.args[1] = "classify".into();
+                let ir =
+                    capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
+                format!("{:.1}", ir as f64 / n as f64)
+            }
+            None => "— (valgrind missing)".into(),
+        };
+        let (ns, p, w) = (cost.ns, mean_of(&cost.plain), mean_of(&cost.classified));
+        if kind == StackKind::Tall {
+            sec.figures
+                .push(("paths.classifier_ns_per_packet".into(), ns));
+        }
+        table.rows.push(vec![
+            kind.name().into(),
+            cost.key_bytes.to_string(),
+            insns,
+            format!("{ns:.2}"),
+            format!("{p:.0}"),
+            format!("{w:.0}"),
+            format!("{:+.0}", w - p),
+        ]);
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+fn mean_of(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
 }

@@ -4,7 +4,7 @@
 //! layered code.
 //!
 //! A path here is a flow of one stack: the datagrams whose identifying fields (frame type,
-//! addresses, ports, boot id, channel, procedure — [`flow_fields`]) hold the values the path was
+//! addresses, ports, boot id — [`flow_fields`]) hold the values the path was
 //! set up with. The classifier compiles those fields into a compact key — a mask and the
 //! expected bits, eight header bytes per word — learned from one datagram of the flow, and
 //! matches a datagram by an exact compare of its masked header words: no field is decoded, no
@@ -31,11 +31,13 @@ pub enum ClassifyError {
     },
 }
 
-/// The fields that identify a flow of `kind`'s stack.
+/// The fields that identify a flow of `kind`'s stack: fields every datagram of the flow
+/// carries — so none of a layer above one that originates datagrams of its own (`chan`'s
+/// acknowledgements leave without `vchan`'s and `mselect`'s fields).
 pub fn flow_fields(kind: StackKind) -> &'static [&'static str] {
     match kind {
         StackKind::Short => &["ethertype", "src", "dst", "proto", "sport", "dport"],
-        StackKind::Tall => &["ethertype", "from", "to", "bid", "vchan", "proc"],
+        StackKind::Tall => &["ethertype", "from", "to", "bid"],
     }
 }
 
@@ -60,6 +62,12 @@ pub struct Classifier {
 /// Eight bytes of `b` from `at`, zero-padded past its end, as a little-endian word.
 #[inline(always)]
 fn word(b: &[u8], at: usize) -> u64 {
+    if let Some(w) = b.get(at..at.wrapping_add(8)) {
+        // The common case: eight bytes there, one load.
+        let mut x = [0u8; 8];
+        x.copy_from_slice(w);
+        return u64::from_le_bytes(x);
+    }
     let mut w = [0u8; 8];
     let tail = b.get(at..).unwrap_or(&[]);
     let n = tail.len().min(8);
