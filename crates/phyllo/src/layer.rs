@@ -140,7 +140,7 @@ pub struct Packet<'a> {
 
 impl<'a> Packet<'a> {
     /// Read a field.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, h: FieldHandle) -> u64 {
         let hl = self.layout.header_len().min(self.msg.len());
         self.layout
@@ -149,7 +149,7 @@ impl<'a> Packet<'a> {
     }
 
     /// Write a field (truncated to its width).
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, h: FieldHandle, v: u64) {
         let hl = self.layout.header_len().min(self.msg.len());
         self.layout

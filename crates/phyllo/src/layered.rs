@@ -23,6 +23,7 @@ use crate::layout::{FieldRegistry, Layout};
 use crate::msg::{Msg, Pool};
 use crate::ready::{Ready, Split};
 use crate::stack::LayerSet;
+use crate::stack::PostParts;
 use crate::time::{earliest, Time};
 use std::collections::VecDeque;
 
@@ -316,7 +317,7 @@ impl<S: LayerSet> Core<S> {
     /// Pre-send from layer `from` down; on reaching the bottom, post-send and transmit.
     pub(crate) fn run_send(&mut self, now: Time, from: usize, mut m: Msg, edge: &mut impl Edge) {
         let n = self.layers.count();
-        let stop = self.pre_phases(now, from..n, true, &mut m);
+        let stop = self.pre_walk(now, true, from, &mut m);
         if let Some((i, Verdict::Drop(r))) = stop {
             self.stats.layers[i].1.count(r);
             self.pool.free(m);
@@ -325,10 +326,7 @@ impl<S: LayerSet> Core<S> {
         }
         let hdr = HeaderCopy::of(&m, self.layout.header_len());
         let last = stop.map_or(n, |(i, _)| i);
-        for i in from..last {
-            let copy = self.take_kept(i);
-            self.post_send(now, i, &hdr, Handoff::Passed { copy });
-        }
+        self.post_walk(now, true, (from, last), &hdr);
         match stop {
             Some((i, _)) => self.post_send(now, i, &hdr, Handoff::Absorbed(m)),
             None => {
@@ -543,7 +541,7 @@ impl<S: LayerSet> Core<S> {
             self.pool.free(m);
             return;
         }
-        let stop = self.pre_phases(now, (0..below).rev(), false, &mut m);
+        let stop = self.pre_walk(now, false, below, &mut m);
         self.free_kept();
         let hdr = HeaderCopy::of(&m, hl);
         // Post-delivery runs top down: first the message reaches the application (or the
@@ -564,8 +562,61 @@ impl<S: LayerSet> Core<S> {
         }
         // Layers that passed the message post-process it whatever happened above them: from
         // their point of view it was delivered.
-        for i in first_passed..below {
-            self.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
+        self.post_walk(now, false, (first_passed, below), &hdr);
+    }
+
+    /// [`pre_phases`](Self::pre_phases) along the stack's walk (straight-line code for a
+    /// static stack): sending, the layers from `edge` down; delivering, those below `edge`,
+    /// bottom up.
+    #[inline(always)]
+    fn pre_walk(
+        &mut self,
+        now: Time,
+        send: bool,
+        edge: usize,
+        m: &mut Msg,
+    ) -> Option<(usize, Verdict)> {
+        let mut pkt = Packet {
+            msg: m,
+            layout: &self.layout,
+            order: self.layout.order(),
+            wire: if send {
+                self.layout.order()
+            } else {
+                self.rx_wire
+            },
+            now,
+            layer: 0,
+            pool: &mut self.pool,
+            kept: &mut self.kept,
+        };
+        if send {
+            self.layers.pre_send_walk(0, edge, &mut pkt)
+        } else {
+            self.layers.pre_deliver_walk(0, edge, &mut pkt)
+        }
+    }
+
+    /// The post-phases of the layers `range` that passed a message (post-send with the copies
+    /// their pre-sends kept, or post-delivery), top down, along the stack's walk.
+    #[inline(always)]
+    fn post_walk(&mut self, now: Time, send: bool, range: (usize, usize), hdr: &HeaderCopy) {
+        let view = hdr.view(&self.layout, self.layout.order());
+        let mut parts = PostParts {
+            now,
+            layout: &self.layout,
+            pool: &mut self.pool,
+            queue: &mut self.queue,
+            timers: &mut self.timers,
+            counters: &mut self.stats.layers,
+            disable: &mut self.disable,
+            template: &self.template.bytes,
+            kept: &mut self.kept,
+        };
+        if send {
+            self.layers.post_send_walk(0, range, &view, &mut parts);
+        } else {
+            self.layers.post_deliver_walk(0, range, &view, &mut parts);
         }
     }
 }

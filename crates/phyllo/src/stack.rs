@@ -13,9 +13,15 @@
 //! beside the built-in ones.
 
 use crate::filter::Segment;
-use crate::layer::{Cx, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
+use crate::layer::{
+    Cx, Handoff, Hdr, InitCx, Layer, LayerCounters, Origin, Packet, Predict, Verdict,
+};
 use crate::layers::{Checksum, Cipher, Frag, Seal, Window};
 use crate::layout::FieldRegistry;
+use crate::layout::Layout;
+use crate::msg::{Msg, Pool};
+use crate::time::Time;
+use std::collections::VecDeque;
 use thiserror::Error;
 
 /// A sequence of layers, addressed by index (0 = top).
@@ -60,6 +66,128 @@ pub trait LayerSet {
     fn wants_copy_at(&self, i: usize) -> bool;
     /// [`Layer::needs_keys`] of layer `i`.
     fn needs_keys_at(&self, i: usize) -> bool;
+
+    /// The pre-sends of the layers from `from` down (those at `depth` and below; `depth` is
+    /// where this set starts in its stack), until one does not continue: that layer and its
+    /// verdict. The static stack walks its layers in straight-line code the compiler inlines
+    /// into one function (seed 000's path-inlining); the default loops over
+    /// [`pre_send_at`](Self::pre_send_at).
+    #[doc(hidden)]
+    #[inline]
+    fn pre_send_walk(
+        &self,
+        depth: usize,
+        from: usize,
+        pkt: &mut Packet<'_>,
+    ) -> Option<(usize, Verdict)> {
+        for i in from.max(depth)..depth + self.count() {
+            pkt.layer = i;
+            let v = self.pre_send_at(i - depth, pkt);
+            if v != Verdict::Continue {
+                return Some((i, v));
+            }
+        }
+        None
+    }
+
+    /// The pre-deliveries of the layers below `below`, bottom up, until one does not
+    /// continue ([`pre_send_walk`](Self::pre_send_walk)'s counterpart).
+    #[doc(hidden)]
+    #[inline]
+    fn pre_deliver_walk(
+        &self,
+        depth: usize,
+        below: usize,
+        pkt: &mut Packet<'_>,
+    ) -> Option<(usize, Verdict)> {
+        for i in (depth..below.min(depth + self.count())).rev() {
+            pkt.layer = i;
+            let v = self.pre_deliver_at(i - depth, pkt);
+            if v != Verdict::Continue {
+                return Some((i, v));
+            }
+        }
+        None
+    }
+
+    /// The post-sends of the layers `from..last` that passed a message, top down, each handed
+    /// the copy its pre-send kept.
+    #[doc(hidden)]
+    #[inline]
+    fn post_send_walk(
+        &mut self,
+        depth: usize,
+        range: (usize, usize),
+        hdr: &Hdr<'_>,
+        parts: &mut PostParts<'_>,
+    ) {
+        for i in range.0.max(depth)..range.1.min(depth + self.count()) {
+            let copy = parts.take_kept(i);
+            if let Some(mut cx) = parts.cx(i) {
+                self.post_send_at(i - depth, hdr, Handoff::Passed { copy }, &mut cx);
+            }
+        }
+    }
+
+    /// The post-deliveries of the layers `from..below` that passed a message, top down.
+    #[doc(hidden)]
+    #[inline]
+    fn post_deliver_walk(
+        &mut self,
+        depth: usize,
+        range: (usize, usize),
+        hdr: &Hdr<'_>,
+        parts: &mut PostParts<'_>,
+    ) {
+        for i in range.0.max(depth)..range.1.min(depth + self.count()) {
+            if let Some(mut cx) = parts.cx(i) {
+                self.post_deliver_at(i - depth, hdr, Handoff::Passed { copy: None }, &mut cx);
+            }
+        }
+    }
+}
+
+/// What the post-phases of a run of layers share: the connection's state a [`Cx`] borrows,
+/// per layer where it is per layer. Built by the connection's core.
+#[doc(hidden)]
+pub struct PostParts<'a> {
+    pub(crate) now: Time,
+    pub(crate) layout: &'a Layout,
+    pub(crate) pool: &'a mut Pool,
+    pub(crate) queue: &'a mut VecDeque<(Origin, Msg)>,
+    pub(crate) timers: &'a mut [Option<Time>],
+    pub(crate) counters: &'a mut [(&'static str, LayerCounters)],
+    pub(crate) disable: &'a mut [u32; 2],
+    pub(crate) template: &'a [u8],
+    pub(crate) kept: &'a mut Vec<(usize, Msg)>,
+}
+
+impl PostParts<'_> {
+    /// The context of layer `i`'s post-phase.
+    #[inline(always)]
+    fn cx(&mut self, i: usize) -> Option<Cx<'_>> {
+        Some(Cx {
+            now: self.now,
+            layer: i,
+            layout: self.layout,
+            pool: self.pool,
+            queue: self.queue,
+            timer: self.timers.get_mut(i)?,
+            counters: &mut self.counters.get_mut(i)?.1,
+            disable: self.disable,
+            template: self.template,
+        })
+    }
+
+    /// The copy layer `i`'s pre-send kept, if any.
+    #[inline(always)]
+    fn take_kept(&mut self, i: usize) -> Option<Msg> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        let pos = self.kept.iter().position(|(l, _)| *l == i)?;
+        Some(self.kept.swap_remove(pos).1)
+    }
 }
 
 /// The dynamic stack.
@@ -177,6 +305,25 @@ impl LayerSet for () {
     }
     fn needs_keys_at(&self, _: usize) -> bool {
         false
+    }
+    #[inline(always)]
+    fn pre_send_walk(&self, _: usize, _: usize, _: &mut Packet<'_>) -> Option<(usize, Verdict)> {
+        None
+    }
+    #[inline(always)]
+    fn pre_deliver_walk(&self, _: usize, _: usize, _: &mut Packet<'_>) -> Option<(usize, Verdict)> {
+        None
+    }
+    #[inline(always)]
+    fn post_send_walk(&mut self, _: usize, _: (usize, usize), _: &Hdr<'_>, _: &mut PostParts<'_>) {}
+    #[inline(always)]
+    fn post_deliver_walk(
+        &mut self,
+        _: usize,
+        _: (usize, usize),
+        _: &Hdr<'_>,
+        _: &mut PostParts<'_>,
+    ) {
     }
 }
 
@@ -310,6 +457,81 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
         } else {
             self.1.needs_keys_at(i - 1)
         }
+    }
+    // The walks: this layer, then the rest, each level its own function inlined into the one
+    // above — straight-line code for the whole path, no index dispatch.
+    #[inline(always)]
+    fn pre_send_walk(
+        &self,
+        depth: usize,
+        from: usize,
+        pkt: &mut Packet<'_>,
+    ) -> Option<(usize, Verdict)> {
+        if depth >= from {
+            pkt.layer = depth;
+            let v = self.0.pre_send(pkt);
+            if v != Verdict::Continue {
+                return Some((depth, v));
+            }
+        }
+        self.1.pre_send_walk(depth + 1, from, pkt)
+    }
+    #[inline(always)]
+    fn pre_deliver_walk(
+        &self,
+        depth: usize,
+        below: usize,
+        pkt: &mut Packet<'_>,
+    ) -> Option<(usize, Verdict)> {
+        if let Some(stop) = self.1.pre_deliver_walk(depth + 1, below, pkt) {
+            return Some(stop);
+        }
+        if depth < below {
+            pkt.layer = depth;
+            let v = self.0.pre_deliver(pkt);
+            if v != Verdict::Continue {
+                return Some((depth, v));
+            }
+        }
+        None
+    }
+    #[inline(always)]
+    fn post_send_walk(
+        &mut self,
+        depth: usize,
+        range: (usize, usize),
+        hdr: &Hdr<'_>,
+        parts: &mut PostParts<'_>,
+    ) {
+        if depth >= range.1 {
+            return;
+        }
+        if depth >= range.0 {
+            let copy = parts.take_kept(depth);
+            if let Some(mut cx) = parts.cx(depth) {
+                self.0.post_send(hdr, Handoff::Passed { copy }, &mut cx);
+            }
+        }
+        self.1.post_send_walk(depth + 1, range, hdr, parts)
+    }
+    #[inline(always)]
+    fn post_deliver_walk(
+        &mut self,
+        depth: usize,
+        range: (usize, usize),
+        hdr: &Hdr<'_>,
+        parts: &mut PostParts<'_>,
+    ) {
+        if depth >= range.1 {
+            return;
+        }
+        if depth >= range.0 {
+            if let Some(mut cx) = parts.cx(depth) {
+                self.0
+                    .post_deliver(hdr, Handoff::Passed { copy: None }, &mut cx);
+            }
+        }
+        self.1.post_deliver_walk(depth + 1, range, hdr, parts)
     }
 }
 
