@@ -21,13 +21,22 @@
 //! charged as CPU cycles in the timing model ([`crate::timing::rep_cycles`]) and reported in
 //! [`Report::rep`]. An iteration is an `I` record of the execution followed by at least one
 //! data access (the final check reads and writes no memory).
+//!
+//! **Seed 000's Tables 4 and 5.** Besides CPI, iCPI and mCPI under any hierarchy (Table 4;
+//! [`crate::cache::HierarchyConfig::alpha21064`] with
+//! [`crate::timing::TimingConfig::alpha21064`] for the seed's machine), each virtual layout can
+//! run a whole memory and timing model of its own ([`LayoutSetup::timing`]); the i-cache bytes
+//! fetched but never executed are counted per hierarchy and per layout when asked for
+//! ([`Setup::unused`]); and the static size of the code executed in the region, whole and up to
+//! each function's last executed instruction, is always reported ([`CodeSize`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 
 use crate::cache::{
-    Cache, CacheConfig, CacheStats, GeometryError, Hierarchy, HierarchyConfig, Served,
+    Cache, CacheConfig, CacheStats, ExecTracker, GeometryError, Hierarchy, HierarchyConfig, Served,
+    Unused,
 };
 use crate::codemap::{CodeMap, Compaction, NO_FUNC};
 use crate::insn::{fusion_alternatives, Class, FusionAlt, Insn, Rep};
@@ -74,6 +83,9 @@ pub struct Setup {
     pub fusion: Option<FusionSetup>,
     /// Virtual layouts, if wanted.
     pub layouts: Option<LayoutSetup>,
+    /// Fetched-but-never-executed bytes of every hierarchy's L1I ([`Report::unused`]) and of
+    /// every layout's i-cache ([`LayoutResult::unused`]); seed 000 Table 5's "i-cache unused".
+    pub unused: bool,
 }
 
 /// Fusion model setup (seed 003 §4.3, Figure 5).
@@ -105,6 +117,49 @@ pub struct LayoutSetup {
     pub l1i: CacheConfig,
     /// The layouts.
     pub layouts: Vec<Layout>,
+    /// A whole memory model per layout, if wanted: each layout then also runs its own
+    /// hierarchy of this configuration (instruction fetches at the layout's addresses, data
+    /// accesses unchanged) and its own timing model with these parameters, giving
+    /// [`LayoutResult::breakdown`] (seed 000 Table 4's CPI, iCPI and mCPI per layout), and
+    /// [`LayoutResult::unused`] for the layout's i-cache. Taken control transfers are those
+    /// of the trace: a layout moves functions, it does not rewrite their code, so the
+    /// original layout gives the breakdown of the plain timing model on the same hierarchy.
+    pub timing: Option<(HierarchyConfig, TimingConfig)>,
+}
+
+/// What one virtual layout gave ([`Report::layouts`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayoutResult {
+    /// Layout name.
+    pub name: String,
+    /// The counters of the layout's i-cache ([`LayoutSetup::l1i`]).
+    pub l1i: CacheStats,
+    /// Timing under the layout, when [`LayoutSetup::timing`] is set.
+    pub breakdown: Option<Breakdown>,
+    /// Fetched and never-executed bytes of the layout's i-cache ([`LayoutSetup::l1i`]), when
+    /// [`LayoutSetup::timing`] or [`Setup::unused`] is set.
+    pub unused: Option<Unused>,
+}
+
+/// Static code size of the functions executed in the region (seed 000 Table 5's "Size": the
+/// critical-path code with and without outlining). *Total* is the whole of every function
+/// that executed at least one instruction; *hot* is, per such function, the extent from its
+/// start to the end of the highest-addressed instruction executed in it, so code outlined to
+/// the end of a function (or never reached at its end) falls outside it. Instructions are
+/// counted by decoding ([`CodeMap::insns_between`]); code outside any decoded function is
+/// not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeSize {
+    /// Functions executed in the region.
+    pub functions: usize,
+    /// Bytes of these functions.
+    pub total_bytes: u64,
+    /// Decoded instructions of these functions.
+    pub total_insns: u64,
+    /// Bytes from each function's start to the end of its last executed instruction.
+    pub hot_bytes: u64,
+    /// Decoded instructions in these extents.
+    pub hot_insns: u64,
 }
 
 /// A ranked dependent pair.
@@ -198,8 +253,13 @@ pub struct Report {
     pub dependent_pairs: u64,
     /// Fusion alternatives.
     pub fusion: Vec<FusionResult>,
-    /// Layouts: name and i-cache counters.
-    pub layouts: Vec<(String, CacheStats)>,
+    /// Layouts: name, i-cache counters, and timing and unused bytes when asked for.
+    pub layouts: Vec<LayoutResult>,
+    /// Per hierarchy (index-aligned with [`Report::caches`]): the L1I's fetched and
+    /// never-executed bytes; empty unless [`Setup::unused`] is set.
+    pub unused: Vec<Unused>,
+    /// Static code size of the functions executed in the region.
+    pub code_size: CodeSize,
     /// Function profile (invocation order, calls).
     pub profile: Profile,
     /// Instructions per function, most first: (name, count).
@@ -262,6 +322,16 @@ struct FusionRun {
 struct LayoutRun {
     layout: Layout,
     l1i: Cache,
+    exec: Option<ExecTracker>,
+    model: Option<LayoutModel>,
+}
+
+/// The memory and timing model of one layout ([`LayoutSetup::timing`]).
+struct LayoutModel {
+    hier: Hierarchy,
+    timing: TimingRun,
+    iserved: Served,
+    dserved: Served,
 }
 
 #[derive(Clone, Copy)]
@@ -307,6 +377,10 @@ pub struct Analyzer<'m> {
     exec_id: Vec<u32>,
     remap: Vec<u64>,
     layouts: Vec<LayoutRun>,
+    /// Per hierarchy, when [`Setup::unused`]: its L1I's executed-bytes tracker.
+    exec: Vec<ExecTracker>,
+    /// Per function: the highest end address of an instruction executed in it (0: none).
+    hot_end: Vec<u64>,
 }
 
 impl<'m> Analyzer<'m> {
@@ -361,12 +435,37 @@ impl<'m> Analyzer<'m> {
         let mut layouts = Vec::new();
         if let Some(l) = &setup.layouts {
             for layout in &l.layouts {
+                let model = match &l.timing {
+                    Some((hc, tc)) => Some(LayoutModel {
+                        hier: Hierarchy::new(*hc)?,
+                        timing: TimingRun::new(*tc),
+                        iserved: Served::L1,
+                        dserved: Served::L1,
+                    }),
+                    None => None,
+                };
+                let exec = if l.timing.is_some() || setup.unused {
+                    Some(ExecTracker::new(&l.l1i)?)
+                } else {
+                    None
+                };
                 layouts.push(LayoutRun {
                     layout: layout.clone(),
                     l1i: Cache::new(l.l1i)?,
+                    exec,
+                    model,
                 });
             }
         }
+        let exec = if setup.unused {
+            setup
+                .hierarchies
+                .iter()
+                .map(|c| ExecTracker::new(&c.l1i))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
         let nf = map.funcs().len();
         let n = hier.len();
         Ok(Analyzer {
@@ -395,6 +494,8 @@ impl<'m> Analyzer<'m> {
             exec_id: Vec::new(),
             remap: Vec::new(),
             layouts,
+            exec,
+            hot_end: vec![0; nf],
             map,
         })
     }
@@ -443,6 +544,12 @@ impl<'m> Analyzer<'m> {
                 }
             }
         }
+        for l in &mut self.layouts {
+            if let Some(m) = &mut l.model {
+                m.timing
+                    .step_extra(&insn, p.taken_before, m.iserved, m.dserved, extra);
+            }
+        }
     }
 
     /// Feeds one trace record. An `I` record that repeats the preceding one's address at a
@@ -467,6 +574,14 @@ impl<'m> Analyzer<'m> {
                 let s = h.data(r.kind, r.addr, r.size);
                 if r.kind != Kind::Store {
                     self.dserved[i] = self.dserved[i].max(s);
+                }
+            }
+            for l in &mut self.layouts {
+                if let Some(m) = &mut l.model {
+                    let s = m.hier.data(r.kind, r.addr, r.size);
+                    if r.kind != Kind::Store {
+                        m.dserved = m.dserved.max(s);
+                    }
                 }
             }
             return;
@@ -497,6 +612,16 @@ impl<'m> Analyzer<'m> {
             self.iserved[i] = h.instr(r.addr, r.size);
             self.dserved[i] = Served::L1;
         }
+        for (t, h) in self.exec.iter_mut().zip(&self.hier) {
+            t.executed(&h.l1i, r.addr, r.size);
+        }
+        let f = self.map.func(idx);
+        if let Some(e) = self.hot_end.get_mut(f as usize) {
+            let end = r
+                .addr
+                .saturating_add((insn.len as u64).max(r.size as u64).max(1));
+            *e = (*e).max(end);
+        }
         if self.setup.instructions {
             self.instruction_stats(idx, &insn, r.addr);
         }
@@ -504,7 +629,6 @@ impl<'m> Analyzer<'m> {
             self.fusion_fetch(idx, &insn, r.addr, r.size);
         }
         if !self.layouts.is_empty() {
-            let f = self.map.func(idx);
             let fstart = if f == NO_FUNC {
                 0
             } else {
@@ -519,6 +643,13 @@ impl<'m> Analyzer<'m> {
                 let lb = l.l1i.line_bits();
                 for b in (a >> lb)..=((a + r.size.max(1) as u64 - 1) >> lb) {
                     l.l1i.access_line(b, false);
+                }
+                if let Some(t) = &mut l.exec {
+                    t.executed(&l.l1i, a, r.size);
+                }
+                if let Some(m) = &mut l.model {
+                    m.iserved = m.hier.instr(a, r.size);
+                    m.dserved = Served::L1;
                 }
             }
         }
@@ -663,6 +794,20 @@ impl<'m> Analyzer<'m> {
             .collect();
         rep.ops
             .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
+        let mut code_size = CodeSize::default();
+        for (f, &end) in self.hot_end.iter().enumerate() {
+            if end == 0 {
+                continue;
+            }
+            let func = &self.map.funcs()[f];
+            let fend = func.start.saturating_add(func.size);
+            let hot = end.clamp(func.start, fend);
+            code_size.functions += 1;
+            code_size.total_bytes += func.size;
+            code_size.total_insns += self.map.insns_between(func.start, fend);
+            code_size.hot_bytes += hot - func.start;
+            code_size.hot_insns += self.map.insns_between(func.start, hot);
+        }
         Ok(Report {
             records: self.records,
             instructions: self.instrs,
@@ -706,8 +851,15 @@ impl<'m> Analyzer<'m> {
             layouts: self
                 .layouts
                 .iter()
-                .map(|l| (l.layout.name.clone(), l.l1i.stats))
+                .map(|l| LayoutResult {
+                    name: l.layout.name.clone(),
+                    l1i: l.l1i.stats,
+                    breakdown: l.model.as_ref().map(|m| m.timing.breakdown()),
+                    unused: l.exec.as_ref().map(ExecTracker::unused),
+                })
                 .collect(),
+            unused: self.exec.iter().map(ExecTracker::unused).collect(),
+            code_size,
             profile: self.profile,
             functions,
             messages: summary.messages,
@@ -951,5 +1103,270 @@ mod tests {
             Analyzer::new(&mut map, RoiFilter::whole_program(), 0, bad),
             Err(AnalyzeError::Setup(_))
         ));
+    }
+
+    #[test]
+    fn unused_half_of_every_line() {
+        // Straight-line code executing the first 16 bytes of each of 8 lines of 32 B (four
+        // 4-byte instructions, then a jump to the next line).
+        let mut t = String::new();
+        for round in 0..3 {
+            for line in 0..8u64 {
+                for k in 0..4u64 {
+                    t.push_str(&format!("I  {:08x},4\n", 0x2000 + 32 * line + 4 * k));
+                }
+                if round == 0 && line == 0 {
+                    t.push_str(" L 00008000,8\n");
+                }
+            }
+        }
+        let mut s = setup();
+        let cg = HierarchyConfig {
+            mode: crate::cache::Mode::Cachegrind,
+            ..s.hierarchies[0]
+        };
+        s.hierarchies.push(cg);
+        let plain = s.clone();
+        s.unused = true;
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, s).unwrap();
+        let r = a.run(t.as_bytes()).unwrap();
+        let half = Unused {
+            fetched_bytes: 256,
+            unused_bytes: 128,
+        };
+        assert_eq!(r.unused, [half, half]);
+        assert_eq!(r.unused[0].fraction(), 0.5);
+        // Not asked for: not reported.
+        let mut map = CodeMap::new(&[]);
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, plain).unwrap();
+        assert!(a.run(t.as_bytes()).unwrap().unused.is_empty());
+        // An L1I line longer than a tracker follows is a setup error, not a panic.
+        let mut long = setup();
+        long.hierarchies[0].l1i = CacheConfig::new(4096, 2, 256).unwrap();
+        long.unused = true;
+        let mut map = CodeMap::new(&[]);
+        assert!(matches!(
+            Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, long),
+            Err(AnalyzeError::Geometry(GeometryError::LineTooLong { .. }))
+        ));
+    }
+
+    /// Four functions of 64 B at 0x1000 (256 B in all): `mov rcx, [rax]; add rcx, 1;` 14 ×
+    /// `nop dword ptr [rax]; ret`.
+    fn four_functions() -> crate::image::Image {
+        let mut f = vec![0x48, 0x8b, 0x08, 0x48, 0x83, 0xc1, 0x01];
+        for _ in 0..14 {
+            f.extend_from_slice(&[0x0f, 0x1f, 0x40, 0x00]);
+        }
+        f.push(0xc3);
+        assert_eq!(f.len(), 64);
+        let code: Vec<u8> = (0..4).flat_map(|_| f.iter().copied()).collect();
+        crate::image::Image::synthetic_funcs(
+            0x1000,
+            &code,
+            &[
+                ("f0", 0, 64),
+                ("f1", 64, 64),
+                ("f2", 128, 64),
+                ("f3", 192, 64),
+            ],
+        )
+    }
+
+    /// `rounds` rounds of the four functions, each loading from one data line.
+    fn four_functions_trace(rounds: u64) -> String {
+        let mut t = String::new();
+        for _ in 0..rounds {
+            for k in 0..4u64 {
+                let b = 0x1000 + 64 * k;
+                t.push_str(&format!(
+                    "I  {b:08x},3\n L {:08x},8\nI  {:08x},4\n",
+                    0x8000 + 8 * k,
+                    b + 3
+                ));
+                for j in 0..14 {
+                    t.push_str(&format!("I  {:08x},4\n", b + 7 + 4 * j));
+                }
+                t.push_str(&format!("I  {:08x},1\n", b + 63));
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn layouts_with_timing() {
+        use crate::layout::LayoutKind;
+        let img = four_functions();
+        let trace = four_functions_trace(50);
+        let mut map = CodeMap::new(&[(&img, 0)]);
+        // A 256 B direct-mapped i-cache holds all four functions as linked; the bad layout
+        // puts them all on its first two sets.
+        let g = |s: &str| CacheConfig::parse(s).unwrap();
+        let h = HierarchyConfig {
+            l1i: g("256:1:32"),
+            l1d: g("1k:1:32"),
+            l2: Some(g("8k:1:32")),
+            mode: crate::cache::Mode::Phyllo,
+        };
+        let t = TimingConfig::alpha21064();
+        let first = Setup {
+            hierarchies: vec![h],
+            timings: vec![(0, t)],
+            instructions: true,
+            unused: true,
+            ..Default::default()
+        };
+        let a = Analyzer::new(
+            &mut map,
+            RoiFilter::whole_program(),
+            u64::MAX,
+            first.clone(),
+        )
+        .unwrap();
+        let r1 = a.run(trace.as_bytes()).unwrap();
+        assert_eq!(r1.profile.order, [0, 1, 2, 3]);
+        let period = h.l1i.sets() * h.l1i.line as u64;
+        let layouts = [
+            LayoutKind::Original,
+            LayoutKind::Bipartite,
+            LayoutKind::Bad,
+            LayoutKind::InvocationOrder,
+        ]
+        .iter()
+        .map(|k| Layout::compute(k, map.funcs(), &r1.profile, period, 50, 0x1000))
+        .collect();
+        let second = Setup {
+            layouts: Some(LayoutSetup {
+                l1i: h.l1i,
+                layouts,
+                timing: Some((h, t)),
+            }),
+            ..first
+        };
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, second).unwrap();
+        let r = a.run(trace.as_bytes()).unwrap();
+        let names: Vec<&str> = r.layouts.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["original", "bipartite", "bad", "invocation order"]);
+        let bd = |k: usize| r.layouts[k].breakdown.unwrap();
+        // The original layout is the plain model on the same hierarchy.
+        assert_eq!(bd(0), r.timings[0].2);
+        assert_eq!(r.layouts[0].l1i, r.caches[0].1);
+        assert_eq!(r.layouts[0].unused, Some(r.unused[0]));
+        assert_eq!(bd(0).instructions, 50 * 4 * 17);
+        // Conflicts cost memory cycles, not instruction cycles.
+        assert_eq!(r.layouts[0].l1i.misses(), 8);
+        assert_eq!(r.layouts[1].l1i.misses(), 8);
+        assert_eq!(r.layouts[2].l1i.misses(), 50 * 8);
+        assert!(bd(2).mcpi > bd(0).mcpi + 0.2, "{:?} {:?}", bd(2), bd(0));
+        assert!(bd(2).mcpi > bd(1).mcpi + 0.2);
+        assert_eq!(bd(2).icpi, bd(0).icpi);
+        assert_eq!(bd(1), bd(3));
+        // Every byte of the functions executes: nothing fetched goes unused.
+        for l in &r.layouts {
+            assert_eq!(l.unused.unwrap().unused_bytes, 0, "{}", l.name);
+        }
+        assert_eq!(r.layouts[2].unused.unwrap().fetched_bytes, 50 * 8 * 32);
+        // Without timing (nor unused): the i-cache alone, as before.
+        let only = Setup {
+            layouts: Some(LayoutSetup {
+                l1i: h.l1i,
+                layouts: vec![Layout::compute(
+                    &LayoutKind::Bad,
+                    map.funcs(),
+                    &r1.profile,
+                    period,
+                    50,
+                    0x1000,
+                )],
+                timing: None,
+            }),
+            ..Default::default()
+        };
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, only).unwrap();
+        let r = a.run(trace.as_bytes()).unwrap();
+        assert_eq!(
+            r.layouts,
+            [LayoutResult {
+                name: "bad".into(),
+                l1i: r.layouts[0].l1i,
+                breakdown: None,
+                unused: None,
+            }]
+        );
+        assert_eq!(r.layouts[0].l1i.misses(), 400);
+    }
+
+    #[test]
+    fn code_size_of_executed_functions() {
+        // f0: 4 × `nop dword ptr [rax]`, `ret`, then 3 × `mov eax, 1` outlined past the ret
+        // (32 B, 8 instructions); f1: 2 nops and `ret` (9 B), then int3 padding; f2 never runs.
+        let nop = [0x0f, 0x1f, 0x40, 0x00];
+        let mov = [0xb8, 0x01, 0x00, 0x00, 0x00];
+        let mut code = Vec::new();
+        for _ in 0..4 {
+            code.extend_from_slice(&nop);
+        }
+        code.push(0xc3);
+        for _ in 0..3 {
+            code.extend_from_slice(&mov);
+        }
+        code.extend_from_slice(&nop);
+        code.extend_from_slice(&nop);
+        code.push(0xc3);
+        code.resize(48, 0xcc);
+        code.extend_from_slice(&[0x90; 16]);
+        let img = crate::image::Image::synthetic_funcs(
+            0x1000,
+            &code,
+            &[("f0", 0, 32), ("f1", 32, 9), ("f2", 48, 16)],
+        );
+        let mut map = CodeMap::new(&[(&img, 0)]);
+        assert_eq!(map.insns_between(0x1000, 0x1020), 8);
+        let mut t = String::new();
+        for _ in 0..2 {
+            for a in [0x1000, 0x1004, 0x1008, 0x100c] {
+                t.push_str(&format!("I  {a:08x},4\n"));
+            }
+            t.push_str("I  00001010,1\nI  00001020,4\nI  00001024,4\nI  00001028,1\n");
+        }
+        let a = Analyzer::new(
+            &mut map,
+            RoiFilter::whole_program(),
+            u64::MAX,
+            Setup::default(),
+        )
+        .unwrap();
+        let r = a.run(t.as_bytes()).unwrap();
+        assert_eq!(
+            r.code_size,
+            CodeSize {
+                functions: 2,
+                total_bytes: 41,
+                total_insns: 11,
+                hot_bytes: 26,
+                hot_insns: 8,
+            }
+        );
+        // Only the region counts: entered at f1, left at f0's next entry.
+        let mut map = CodeMap::new(&[(&img, 0)]);
+        let a = Analyzer::new(
+            &mut map,
+            RoiFilter::new(0x1020, 0x1000),
+            0x1020,
+            Setup::default(),
+        )
+        .unwrap();
+        let r = a.run(format!("{t}I  00001000,4\n").as_bytes()).unwrap();
+        assert_eq!(
+            r.code_size,
+            CodeSize {
+                functions: 1,
+                total_bytes: 9,
+                total_insns: 3,
+                hot_bytes: 9,
+                hot_insns: 3,
+            }
+        );
     }
 }

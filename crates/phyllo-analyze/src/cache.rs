@@ -13,6 +13,11 @@
 //!   two lines is one access, and one miss if either line misses; an L1 miss looks up the last
 //!   level with the same address and size; `M` counts as one data *read* (checked against
 //!   cachegrind: its `Dr` equals lackey's `L` + `M`); no write-backs are modelled.
+//!
+//! Built-in geometries: seed 003's ([`HierarchyConfig::seed003`]), seed 000's Alpha 21064
+//! ([`HierarchyConfig::alpha21064`]) and this host's, read from sysfs
+//! ([`HierarchyConfig::host`]). Beside an i-cache, an [`ExecTracker`] counts the bytes fetched
+//! into it that never executed ([`Unused`], seed 000 Table 5).
 
 use std::fmt;
 
@@ -69,6 +74,14 @@ pub enum GeometryError {
     /// A geometry string could not be parsed.
     #[error("bad cache geometry: {0}")]
     Syntax(String),
+    /// The line is longer than an executed-bytes tracker can follow ([`ExecTracker`]).
+    #[error("line size {line} B is too long to track executed bytes (at most {max} B)")]
+    LineTooLong {
+        /// The line size.
+        line: u64,
+        /// The longest line tracked.
+        max: u64,
+    },
 }
 
 /// Geometry and policies of one cache.
@@ -379,6 +392,142 @@ impl Cache {
     }
 }
 
+/// Bytes an instruction cache fetched, and how many of them were never executed while their
+/// line was resident: seed 000 Table 5's "i-cache unused" (§4.3.2: without outlining about 20 %
+/// of the instructions loaded into the i-cache never execute).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unused {
+    /// Bytes brought into the cache: one whole line per fill.
+    pub fetched_bytes: u64,
+    /// Of these, the bytes not executed between a line's fill and its eviction (or the end of
+    /// the pass, for the lines still resident).
+    pub unused_bytes: u64,
+}
+
+impl Unused {
+    /// `unused_bytes / fetched_bytes` (0 when nothing was fetched).
+    pub fn fraction(&self) -> f64 {
+        if self.fetched_bytes == 0 {
+            0.0
+        } else {
+            self.unused_bytes as f64 / self.fetched_bytes as f64
+        }
+    }
+}
+
+/// The longest line an [`ExecTracker`] follows (a `u128` bitmask per line).
+pub const MAX_TRACKED_LINE: u32 = 128;
+
+/// Follows, beside an instruction [`Cache`], which bytes of each resident line were executed,
+/// giving [`Unused`]. It keeps its own copy of the cache's residency (block and executed-byte
+/// mask per way), kept in step by [`ExecTracker::executed`] after every fetch (every fetch
+/// into the cache must be reported to it): a line new to the tracker was filled by that fetch
+/// (its bytes count as fetched) and the lines of its set that the cache no longer holds were
+/// evicted (their never-executed bytes count as unused). The cache itself is unchanged, so a
+/// pass that does not ask for it pays nothing. It works under any replacement policy and
+/// either counting [`Mode`] (it only asks the cache which lines it holds).
+#[derive(Clone, Debug)]
+pub struct ExecTracker {
+    line_bits: u32,
+    line: u64,
+    set_mask: u64,
+    assoc: usize,
+    /// Per way: block number (`INVALID` if none) and executed-bytes mask.
+    slots: Vec<(u64, u128)>,
+    fetched: u64,
+    unused: u64,
+}
+
+impl ExecTracker {
+    /// A tracker for a cache of configuration `cfg` (lines of at most [`MAX_TRACKED_LINE`]).
+    pub fn new(cfg: &CacheConfig) -> Result<Self, GeometryError> {
+        cfg.validate()?;
+        if cfg.line > MAX_TRACKED_LINE {
+            return Err(GeometryError::LineTooLong {
+                line: cfg.line as u64,
+                max: MAX_TRACKED_LINE as u64,
+            });
+        }
+        let sets = cfg.sets();
+        Ok(ExecTracker {
+            line_bits: cfg.line.trailing_zeros(),
+            line: cfg.line as u64,
+            set_mask: sets - 1,
+            assoc: cfg.assoc as usize,
+            slots: vec![(INVALID, 0); (sets * cfg.assoc as u64) as usize],
+            fetched: 0,
+            unused: 0,
+        })
+    }
+
+    /// Records the execution of the instruction at `[addr, addr + size)`, to be called right
+    /// after `cache` (of the configuration the tracker was built for) fetched it. An instruction
+    /// that straddles two lines marks bytes in both.
+    #[inline]
+    pub fn executed(&mut self, cache: &Cache, addr: u64, size: u32) {
+        let end = addr.saturating_add(size.max(1) as u64);
+        let (first, last) = (addr >> self.line_bits, (end - 1) >> self.line_bits);
+        let off = self.line - 1;
+        for b in first..=last {
+            let lo = if b == first { addr & off } else { 0 };
+            let hi = if b == last {
+                ((end - 1) & off) + 1
+            } else {
+                self.line
+            };
+            let n = hi - lo;
+            let ones = if n >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << n) - 1
+            };
+            self.mark(cache, b, ones << lo);
+        }
+    }
+
+    fn mark(&mut self, cache: &Cache, block: u64, mask: u128) {
+        let set = (block & self.set_mask) as usize;
+        let line = self.line;
+        let slots = &mut self.slots[set * self.assoc..(set + 1) * self.assoc];
+        if let Some(s) = slots.iter_mut().find(|s| s.0 == block) {
+            s.1 |= mask;
+            return;
+        }
+        // A fill: the lines of the set the cache no longer holds were evicted by it.
+        let mut unused = 0;
+        for s in slots.iter_mut() {
+            if s.0 != INVALID && !cache.contains(s.0) {
+                unused += line - s.1.count_ones() as u64;
+                *s = (INVALID, 0);
+            }
+        }
+        self.fetched += line;
+        let free = slots.iter_mut().find(|s| s.0 == INVALID);
+        match free {
+            Some(s) if cache.contains(block) => *s = (block, mask),
+            // Filled and evicted again within the same fetch (a straddle in a one-set cache),
+            // or a cache out of step with the tracker: the line is accounted at once.
+            _ => unused += line - mask.count_ones() as u64,
+        }
+        self.unused += unused;
+    }
+
+    /// Fetched and unused bytes so far, the lines still resident included (their
+    /// never-executed bytes count as unused).
+    pub fn unused(&self) -> Unused {
+        let resident: u64 = self
+            .slots
+            .iter()
+            .filter(|s| s.0 != INVALID)
+            .map(|s| self.line - s.1.count_ones() as u64)
+            .sum();
+        Unused {
+            fetched_bytes: self.fetched,
+            unused_bytes: self.unused + resident,
+        }
+    }
+}
+
 /// How accesses are counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Mode {
@@ -425,6 +574,37 @@ impl HierarchyConfig {
         }
     }
 
+    /// The DEC Alpha 21064 of seed 000 §2.1 (a DEC 3000/600): split 8 KB direct-mapped L1I
+    /// and L1D with 32 B lines, and a unified 2 MB direct-mapped second level (the b-cache) with
+    /// 32 B lines. The 21064's d-cache is write-through and no-write-allocate, and so is this
+    /// L1D (every store goes on to the b-cache, a store miss fills nothing); the b-cache is
+    /// write-back and write-allocate. Pair it with [`crate::timing::TimingConfig::alpha21064`].
+    pub fn alpha21064() -> Self {
+        let c = |s, a, l| CacheConfig::new(s, a, l).expect("valid built-in geometry");
+        HierarchyConfig {
+            l1i: c(8 << 10, 1, 32),
+            l1d: CacheConfig {
+                write_back: false,
+                write_allocate: false,
+                ..c(8 << 10, 1, 32)
+            },
+            l2: Some(c(2 << 20, 1, 32)),
+            mode: Mode::Phyllo,
+        }
+    }
+
+    /// This host's caches, read from `/sys/devices/system/cpu/cpu0/cache/index*/` (`level`,
+    /// `type`, `size`, `ways_of_associativity`, `coherency_line_size`): the level-1
+    /// `Instruction` and `Data` caches and the level-2 `Unified` cache, LRU, write-back and
+    /// write-allocate. The string says where the geometry came from, e.g.
+    /// `sysfs: L1I 32 KB 8-way 64 B, L1D 48 KB 12-way 64 B, L2 2 MB 16-way 64 B`. When sysfs is
+    /// missing, incomplete or unparsable (or describes a geometry the model cannot build), the
+    /// result is 32 KB 8-way 64 B L1I and L1D and a 512 KB 8-way 64 B L2, and the string begins
+    /// `fallback (sysfs unreadable)` and gives the reason.
+    pub fn host() -> (HierarchyConfig, String) {
+        host_from(std::path::Path::new(SYSFS_CACHE))
+    }
+
     /// Three cachegrind-mode hierarchies of differing geometry (sizes, ways, line sizes,
     /// a direct-mapped L1D among them): what the analyzer is cross-checked against
     /// cachegrind on, in the report and in the tests.
@@ -468,6 +648,164 @@ impl fmt::Display for HierarchyConfig {
         }
         Ok(())
     }
+}
+
+/// Where Linux lists cpu0's caches.
+const SYSFS_CACHE: &str = "/sys/devices/system/cpu/cpu0/cache";
+
+/// Why the host's caches could not be read from sysfs.
+#[derive(Debug, thiserror::Error)]
+enum SysfsError {
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{path}: cannot parse {value:?}")]
+    Parse { path: String, value: String },
+    #[error("no {0} cache listed")]
+    Missing(&'static str),
+    #[error("{0}: {1}")]
+    Geometry(&'static str, GeometryError),
+}
+
+/// `32 KB 8-way 64 B`.
+fn describe_cache(c: &CacheConfig) -> String {
+    let size = if c.size.is_multiple_of(1 << 20) {
+        format!("{} MB", c.size >> 20)
+    } else if c.size.is_multiple_of(1024) {
+        format!("{} KB", c.size >> 10)
+    } else {
+        format!("{} B", c.size)
+    };
+    format!("{size} {}-way {} B", c.assoc, c.line)
+}
+
+fn describe_host(h: &HierarchyConfig) -> String {
+    let mut s = format!(
+        "L1I {}, L1D {}",
+        describe_cache(&h.l1i),
+        describe_cache(&h.l1d)
+    );
+    if let Some(l2) = &h.l2 {
+        s.push_str(&format!(", L2 {}", describe_cache(l2)));
+    }
+    s
+}
+
+/// [`HierarchyConfig::host`] over the cache directory `root`.
+fn host_from(root: &std::path::Path) -> (HierarchyConfig, String) {
+    match read_sysfs(root) {
+        Ok(h) => {
+            let s = format!("sysfs: {}", describe_host(&h));
+            (h, s)
+        }
+        Err(e) => {
+            let c = |s, a, l| CacheConfig::new(s, a, l).expect("valid built-in geometry");
+            let h = HierarchyConfig {
+                l1i: c(32 << 10, 8, 64),
+                l1d: c(32 << 10, 8, 64),
+                l2: Some(c(512 << 10, 8, 64)),
+                mode: Mode::Phyllo,
+            };
+            let s = format!(
+                "fallback (sysfs unreadable): {} ({e} in {})",
+                describe_host(&h),
+                root.display()
+            );
+            (h, s)
+        }
+    }
+}
+
+/// A sysfs size: `32K`, `1024K`, `8M`, `1G` (an optional `B`), or plain bytes.
+fn parse_sysfs_size(v: &str) -> Option<u64> {
+    let t = v.trim().to_ascii_uppercase();
+    let t = t.strip_suffix('B').unwrap_or(&t);
+    let (digits, mult) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 1u64 << 10),
+        'M' => (&t[..t.len() - 1], 1 << 20),
+        'G' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn read_sysfs(root: &std::path::Path) -> Result<HierarchyConfig, SysfsError> {
+    let io = |p: &std::path::Path, e| SysfsError::Io(p.display().to_string(), e);
+    let mut dirs: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir(root)
+        .map_err(|e| io(root, e))?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_prefix("index")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    dirs.sort();
+    let read = |dir: &std::path::Path, f: &str| -> Result<String, SysfsError> {
+        let p = dir.join(f);
+        std::fs::read_to_string(&p)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| io(&p, e))
+    };
+    let number = |dir: &std::path::Path, f: &str| -> Result<u64, SysfsError> {
+        let v = read(dir, f)?;
+        let n = if f == "size" {
+            parse_sysfs_size(&v)
+        } else {
+            v.parse().ok()
+        };
+        n.ok_or_else(|| SysfsError::Parse {
+            path: dir.join(f).display().to_string(),
+            value: v,
+        })
+    };
+    let mut found: [Option<CacheConfig>; 3] = [None; 3];
+    const WANTED: [(u64, &str, &str); 3] = [
+        (1, "Instruction", "L1 Instruction"),
+        (1, "Data", "L1 Data"),
+        (2, "Unified", "L2 Unified"),
+    ];
+    for (_, dir) in &dirs {
+        // Entries this model does not use (L3, ...) may be partial: they are skipped.
+        let (Ok(level), Ok(kind)) = (number(dir, "level"), read(dir, "type")) else {
+            continue;
+        };
+        let Some(k) = WANTED
+            .iter()
+            .position(|w| w.0 == level && w.1.eq_ignore_ascii_case(&kind))
+        else {
+            continue;
+        };
+        if found[k].is_some() {
+            continue;
+        }
+        let size = number(dir, "size")?;
+        let line = number(dir, "coherency_line_size")?;
+        let mut ways = number(dir, "ways_of_associativity")?;
+        if ways == 0 {
+            // Fully associative.
+            ways = size / line.max(1);
+        }
+        let (Ok(ways), Ok(line)) = (u32::try_from(ways), u32::try_from(line)) else {
+            return Err(SysfsError::Parse {
+                path: dir.display().to_string(),
+                value: format!("{ways} ways, {line} B lines"),
+            });
+        };
+        found[k] = Some(
+            CacheConfig::new(size, ways, line).map_err(|e| SysfsError::Geometry(WANTED[k].2, e))?,
+        );
+    }
+    let get = |k: usize| found[k].ok_or(SysfsError::Missing(WANTED[k].2));
+    Ok(HierarchyConfig {
+        l1i: get(0)?,
+        l1d: get(1)?,
+        l2: Some(get(2)?),
+        mode: Mode::Phyllo,
+    })
 }
 
 /// L1I, L1D and optional L2 simulated together.
@@ -743,6 +1081,188 @@ mod tests {
         assert_eq!(
             (p.l1d.stats.reads, p.l1d.stats.writes, p.l1d.stats.misses()),
             (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn alpha21064_geometry() {
+        let h = HierarchyConfig::alpha21064();
+        assert_eq!(h.to_string(), "L1I 8k:1:32 L1D 8k:1:32 L2 2048k:1:32");
+        assert!(!h.l1d.write_back && !h.l1d.write_allocate);
+        assert!(h.l1i.write_back && h.l2.unwrap().write_back);
+        // A store miss fills nothing and goes on to the b-cache; a store hit writes through.
+        use crate::trace::Kind;
+        let mut m = Hierarchy::new(h).unwrap();
+        assert_eq!(m.data(Kind::Store, 0x100, 8), Served::Mem);
+        assert!(!m.l1d.contains(0x100 >> 5));
+        assert_eq!(m.data(Kind::Load, 0x100, 8), Served::L2);
+        m.data(Kind::Store, 0x100, 8);
+        let l2 = m.l2.as_ref().unwrap().stats;
+        assert_eq!((l2.writes, m.l1d.stats.writebacks), (2, 0));
+    }
+
+    /// Writes a fake sysfs cache directory: one `index*` per entry.
+    fn fake_sysfs(name: &str, entries: &[&[(&str, &str)]]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("phyllo-sysfs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (k, files) in entries.iter().enumerate() {
+            let d = root.join(format!("index{k}"));
+            std::fs::create_dir_all(&d).unwrap();
+            for (f, v) in files.iter() {
+                std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+            }
+        }
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("uevent"), "").unwrap();
+        root
+    }
+
+    fn entry<'a>(
+        level: &'a str,
+        kind: &'a str,
+        size: &'a str,
+        ways: &'a str,
+    ) -> [(&'a str, &'a str); 5] {
+        [
+            ("level", level),
+            ("type", kind),
+            ("size", size),
+            ("ways_of_associativity", ways),
+            ("coherency_line_size", "64"),
+        ]
+    }
+
+    #[test]
+    fn host_geometry_from_sysfs() {
+        let d = entry("1", "Data", "48K", "12");
+        let i = entry("1", "Instruction", "32K", "8");
+        let l2 = entry("2", "Unified", "2048K", "16");
+        let l3 = [("level", "3"), ("type", "Unified"), ("size", "junk")];
+        let root = fake_sysfs("ok", &[&d, &i, &l2, &l3]);
+        let (h, s) = host_from(&root);
+        assert_eq!(h.l1i, CacheConfig::new(32 << 10, 8, 64).unwrap());
+        assert_eq!(h.l1d, CacheConfig::new(48 << 10, 12, 64).unwrap());
+        assert_eq!(h.l2, Some(CacheConfig::new(2 << 20, 16, 64).unwrap()));
+        assert_eq!(h.mode, Mode::Phyllo);
+        assert_eq!(
+            s,
+            "sysfs: L1I 32 KB 8-way 64 B, L1D 48 KB 12-way 64 B, L2 2 MB 16-way 64 B"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        // Unparsable, incomplete, impossible or missing: the fallback, saying so.
+        let bad = entry("1", "Instruction", "32Q", "8");
+        let odd = entry("2", "Unified", "1536K", "8"); // 3072 sets
+        for (name, entries) in [
+            ("bad", vec![&d[..], &bad[..], &l2[..]]),
+            ("partial", vec![&d[..], &i[..]]),
+            ("odd", vec![&d[..], &i[..], &odd[..]]),
+        ] {
+            let root = fake_sysfs(name, &entries);
+            let (h, s) = host_from(&root);
+            assert!(s.starts_with("fallback (sysfs unreadable)"), "{s}");
+            assert_eq!(h.l1i, CacheConfig::new(32 << 10, 8, 64).unwrap());
+            assert_eq!(h.l2, Some(CacheConfig::new(512 << 10, 8, 64).unwrap()));
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+        let (_, s) = host_from(std::path::Path::new("/nonexistent/phyllo/cache"));
+        assert!(s.starts_with("fallback (sysfs unreadable): L1I 32 KB 8-way 64 B, L1D 32 KB 8-way 64 B, L2 512 KB 8-way 64 B"), "{s}");
+        // The real host: either way a buildable hierarchy.
+        let (h, s) = HierarchyConfig::host();
+        assert!(Hierarchy::new(h).is_ok(), "{s}");
+        assert_eq!(parse_sysfs_size(" 1024K"), Some(1 << 20));
+        assert_eq!(parse_sysfs_size("8M"), Some(8 << 20));
+        assert_eq!(parse_sysfs_size("65536"), Some(65536));
+        assert_eq!(parse_sysfs_size("32KB"), Some(32 << 10));
+        assert_eq!(parse_sysfs_size("K"), None);
+        assert_eq!(parse_sysfs_size(""), None);
+    }
+
+    fn tracked(size: u64, assoc: u32, line: u32) -> (Cache, ExecTracker) {
+        let cfg = CacheConfig::new(size, assoc, line).unwrap();
+        (Cache::new(cfg).unwrap(), ExecTracker::new(&cfg).unwrap())
+    }
+
+    /// Fetches `[addr, addr + size)` line by line, then tells the tracker.
+    fn exec(c: &mut Cache, t: &mut ExecTracker, addr: u64, size: u32) {
+        let lb = c.line_bits();
+        for b in (addr >> lb)..=((addr + size as u64 - 1) >> lb) {
+            c.access_line(b, false);
+        }
+        t.executed(c, addr, size);
+    }
+
+    #[test]
+    fn unused_bytes_by_hand() {
+        // 4 sets × 1 way of 32 B.
+        let (mut c, mut t) = tracked(128, 1, 32);
+        exec(&mut c, &mut t, 0, 4);
+        exec(&mut c, &mut t, 4, 4);
+        exec(&mut c, &mut t, 0, 4); // again: nothing new
+        assert_eq!(
+            t.unused(),
+            Unused {
+                fetched_bytes: 32,
+                unused_bytes: 24
+            }
+        );
+        // A straddle marks 2 bytes of line 0 and 2 of line 1.
+        exec(&mut c, &mut t, 30, 4);
+        assert_eq!(t.unused().fetched_bytes, 64);
+        assert_eq!(t.unused().unused_bytes, 22 + 30);
+        // Block 4 evicts block 0 (10 bytes executed): 22 unused; block 4 itself 31 unused.
+        exec(&mut c, &mut t, 128, 1);
+        assert_eq!(t.unused().fetched_bytes, 96);
+        assert_eq!(t.unused().unused_bytes, 22 + 30 + 31);
+        // Block 0 again: a new fill, nothing of it executed before.
+        exec(&mut c, &mut t, 0, 32);
+        assert_eq!(
+            t.unused(),
+            Unused {
+                fetched_bytes: 128,
+                unused_bytes: 22 + 30 + 31
+            }
+        );
+        assert!((t.unused().fraction() - 83.0 / 128.0).abs() < 1e-12);
+        assert_eq!(Unused::default().fraction(), 0.0);
+        // A whole 128 B line, and too long a line.
+        let (mut c, mut t) = tracked(256, 2, 128);
+        exec(&mut c, &mut t, 0, 128);
+        exec(&mut c, &mut t, 128, 64);
+        assert_eq!(t.unused().unused_bytes, 64);
+        let long = CacheConfig::new(1024, 1, 256).unwrap();
+        assert_eq!(
+            ExecTracker::new(&long).unwrap_err(),
+            GeometryError::LineTooLong {
+                line: 256,
+                max: 128
+            }
+        );
+    }
+
+    #[test]
+    fn unused_follows_lru_evictions() {
+        // One set of 2 ways: 0, 1, 0, 2 evicts 1 (LRU), not 0.
+        let (mut c, mut t) = tracked(64, 2, 32);
+        for (a, n) in [(0, 8), (32, 16), (8, 8), (64, 32)] {
+            exec(&mut c, &mut t, a, n);
+        }
+        // Evicted: block 1 with 16 unused; resident: block 0 (16 unused), block 2 (0).
+        assert_eq!(
+            t.unused(),
+            Unused {
+                fetched_bytes: 96,
+                unused_bytes: 32
+            }
+        );
+        // A one-set direct-mapped cache: a straddle fills line 0 then evicts it for line 1.
+        let (mut c, mut t) = tracked(32, 1, 32);
+        exec(&mut c, &mut t, 28, 8);
+        assert_eq!(
+            t.unused(),
+            Unused {
+                fetched_bytes: 64,
+                unused_bytes: 28 + 28
+            }
         );
     }
 }

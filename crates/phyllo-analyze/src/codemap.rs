@@ -198,6 +198,20 @@ impl CodeMap {
         self.insns.is_empty()
     }
 
+    /// Decoded instructions that start in run-time `[start, end)` (instructions outside the
+    /// decoded code, [`CodeMap::lookup`]'s `Unknown` entries, are not counted).
+    pub fn insns_between(&self, start: u64, end: u64) -> u64 {
+        self.regions
+            .iter()
+            .filter(|r| r.start < end && start < r.end)
+            .map(|r| {
+                let lo = (start.max(r.start) - r.start) as usize;
+                let hi = (end.min(r.end) - r.start) as usize;
+                r.index[lo..hi].iter().filter(|&&i| i != u32::MAX).count() as u64
+            })
+            .sum()
+    }
+
     /// Every static pair with at least one fusion category, sorted by address.
     pub fn fused_pairs(&self) -> Vec<FusedPair> {
         let mut v: Vec<FusedPair> = (0..self.insns.len())

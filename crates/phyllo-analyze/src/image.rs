@@ -202,6 +202,27 @@ impl Image {
             name: "synthetic".into(),
         }
     }
+
+    /// A synthetic image for tests: `bytes` of code at link-time `addr`, holding the functions
+    /// `(name, offset from addr, size)` (sorted by offset, not overlapping).
+    pub(crate) fn synthetic_funcs(addr: u64, bytes: &[u8], funcs: &[(&str, u64, u64)]) -> Image {
+        let mut img = Image::synthetic("", addr, bytes);
+        img.funcs = funcs
+            .iter()
+            .map(|&(name, off, size)| Func {
+                start: addr + off,
+                size: size.max(1),
+                name: name.to_string(),
+            })
+            .collect();
+        img.raw_names = funcs
+            .iter()
+            .enumerate()
+            .map(|(k, f)| (f.0.to_string(), k))
+            .collect();
+        img.raw_names.sort();
+        img
+    }
 }
 
 #[cfg(test)]

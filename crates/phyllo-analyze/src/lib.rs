@@ -12,7 +12,8 @@
 //! - [`trace`]: the streaming lackey parser (never stores a trace);
 //! - [`image`], [`codemap`]: ELF symbols and code, decoded once with iced-x86;
 //! - [`cache`]: L1I/L1D/L2 models (LRU, FIFO, random; write-back, write-allocate; a
-//!   cachegrind-compatible counting mode);
+//!   cachegrind-compatible counting mode), the Alpha 21064's and this host's geometries, and
+//!   the i-cache bytes fetched but never executed;
 //! - [`timing`]: issue width, latencies, penalties → CPU / data / instruction time, CPI, iCPI,
 //!   mCPI;
 //! - [`insn`]: instruction classes, dependences and fusion rules (seed types 1 and 2, Intel,

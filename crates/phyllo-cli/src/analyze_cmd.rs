@@ -214,14 +214,25 @@ pub fn render(r: &Report, top: usize) -> String {
     }
     if !r.layouts.is_empty() {
         let _ = writeln!(s, "\nvirtual layouts (seed 000 §3), L1I:");
-        for (n, st) in &r.layouts {
-            let _ = writeln!(
+        for l in &r.layouts {
+            let _ = write!(
                 s,
                 "  {:<18} misses {} ({})",
-                n,
-                st.misses(),
-                pct(st.miss_ratio())
+                l.name,
+                l.l1i.misses(),
+                pct(l.l1i.miss_ratio())
             );
+            if let Some(b) = &l.breakdown {
+                let _ = write!(
+                    s,
+                    ", CPI {:.2} iCPI {:.2} mCPI {:.2}",
+                    b.cpi, b.icpi, b.mcpi
+                );
+            }
+            if let Some(u) = &l.unused {
+                let _ = write!(s, ", unused {}", pct(u.fraction()));
+            }
+            let _ = writeln!(s);
         }
     }
     for m in r
@@ -297,7 +308,11 @@ pub fn main(a: AnalyzeArgs) -> Result<()> {
             ));
         }
         let setup = Setup {
-            layouts: Some(LayoutSetup { l1i, layouts }),
+            layouts: Some(LayoutSetup {
+                l1i,
+                layouts,
+                timing: None,
+            }),
             ..Default::default()
         };
         let t2 = session::analyze(&mut p, setup, a.whole_program)?;

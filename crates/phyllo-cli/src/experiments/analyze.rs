@@ -86,6 +86,7 @@ fn setup(sw: &Sweep, fusion: bool) -> Setup {
         instructions: true,
         fusion: fusion.then(|| FusionSetup::all(0, t)),
         layouts: None,
+        unused: false,
     }
 }
 
@@ -450,7 +451,11 @@ impl Experiment for Analyze {
             let r = session::analyze(
                 &mut lan_p,
                 Setup {
-                    layouts: Some(LayoutSetup { l1i, layouts }),
+                    layouts: Some(LayoutSetup {
+                        l1i,
+                        layouts,
+                        timing: None,
+                    }),
                     ..Default::default()
                 },
                 false,
@@ -459,7 +464,7 @@ impl Experiment for Analyze {
             sec.tables.push(Table {
                 title: "Seed 000 §3: LAN L1I (16 KB 4-way 32 B) under virtual code layouts computed from the trace (no relinking)".into(),
                 headers: headers(&["layout", "L1I misses", "miss ratio"]),
-                rows: r.layouts.iter().map(|(n, st)| vec![n.clone(), s(st.misses()), pct(st.miss_ratio())]).collect(),
+                rows: r.layouts.iter().map(|l| vec![l.name.clone(), s(l.l1i.misses()), pct(l.l1i.miss_ratio())]).collect(),
             });
         }
 
