@@ -146,8 +146,8 @@ pub struct LayoutResult {
 /// that executed at least one instruction; *hot* is, per such function, the extent from its
 /// start to the end of the highest-addressed instruction executed in it, so code outlined to
 /// the end of a function (or never reached at its end) falls outside it. Instructions are
-/// counted by decoding ([`CodeMap::insns_between`]); code outside any decoded function is
-/// not counted.
+/// counted by decoding ([`CodeMap::insns_between`]); code outside any decoded function, and the
+/// unnamed stretches between symbols (`image@0x…`), are not counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CodeSize {
     /// Functions executed in the region.
@@ -800,6 +800,11 @@ impl<'m> Analyzer<'m> {
                 continue;
             }
             let func = &self.map.funcs()[f];
+            // Named functions only: an unnamed stretch between symbols (`image@0x…`, where the
+            // C library keeps its string functions) has no extent of its own to measure.
+            if func.name.contains("@0x") {
+                continue;
+            }
             let fend = func.start.saturating_add(func.size);
             let hot = end.clamp(func.start, fend);
             code_size.functions += 1;

@@ -20,7 +20,12 @@ use phyllo::harness::Pair;
 use phyllo::link::memlink::MemLink;
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo_analyze::analysis::{LayoutSetup, Report, Setup};
+use phyllo_analyze::cache::{HierarchyConfig, Unused};
 use phyllo_analyze::capture::{self, Workload};
+use phyllo_analyze::layout::{Layout, LayoutKind};
+use phyllo_analyze::session;
+use phyllo_analyze::timing::{Breakdown, TimingConfig};
 
 /// The experiment.
 pub struct Paths;
@@ -108,6 +113,7 @@ impl Experiment for Paths {
         };
         instructions(quick, &mut sec)?;
         round_trips(quick, &mut sec)?;
+        modelled(quick, &mut sec)?;
         classifier(quick, &mut sec)?;
         Ok(Outcome::Done(sec))
     }
@@ -373,4 +379,264 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
 
 fn mean_of(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// A memory model of Tables 4 and 5.
+struct Model {
+    name: String,
+    hier: HierarchyConfig,
+    timing: TimingConfig,
+}
+
+/// The Alpha 21064 of the seed, and this host's cache geometry with the analyzer's default
+/// timing (4-wide, L1 1, L2 6, memory 60 cycles).
+fn models() -> [Model; 2] {
+    let (host, how) = HierarchyConfig::host();
+    [
+        Model {
+            name: "Alpha 21064 (8 KB direct-mapped L1I, 32 B lines; 2 MB b-cache; 2/10/48 \
+                   cycles; single issue)"
+                .into(),
+            hier: HierarchyConfig::alpha21064(),
+            timing: TimingConfig::alpha21064(),
+        },
+        Model {
+            name: format!("this host's geometry ({how}; 4-wide, 1/6/60 cycles)"),
+            hier: host,
+            timing: TimingConfig::default(),
+        },
+    ]
+}
+
+/// One row of Table 4: a version under a model.
+#[derive(Clone, Debug)]
+struct Row {
+    version: String,
+    b: Breakdown,
+    l1i_misses: u64,
+    unused: Option<Unused>,
+}
+
+/// What the traces of one stack gave: per model, the rows; per code version, its report
+/// under the first pass.
+struct Traced {
+    rows: Vec<Vec<Row>>,
+    reports: Vec<(Version, Report)>,
+}
+
+/// Trace each code version of `kind` under lackey and run Tables 4 and 5's models: the
+/// linker's layout in one pass (both models), then OUT's and PIN's code under the bipartite,
+/// bad and linear (invocation order) layouts, per model.
+fn trace_stack(exe: &std::path::Path, kind: StackKind, rounds: usize) -> Result<Traced> {
+    let ms = models();
+    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); ms.len()];
+    let mut reports = Vec::new();
+    for v in CODE {
+        let mut p = session::prepare(trace_workload(exe, kind, v, rounds))?;
+        let setup = Setup {
+            hierarchies: ms.iter().map(|m| m.hier).collect(),
+            timings: ms.iter().enumerate().map(|(i, m)| (i, m.timing)).collect(),
+            instructions: true,
+            unused: true,
+            ..Setup::default()
+        };
+        let r = session::analyze(&mut p, setup, false)?.report;
+        for (k, _) in ms.iter().enumerate() {
+            let b = r
+                .timings
+                .iter()
+                .find(|t| t.0 == k)
+                .map(|t| t.2)
+                .unwrap_or_default();
+            rows[k].push(Row {
+                version: v.name().into(),
+                b,
+                l1i_misses: r.caches.get(k).map_or(0, |c| c.1.misses()),
+                unused: r.unused.get(k).copied(),
+            });
+        }
+        if v != Version::Std {
+            // The layouts of this code: CLO/ALL (bipartite), BAD (OUT's only) and a linear
+            // allocation in invocation order (the seed's advice when the path fits the cache).
+            let kinds: Vec<(String, LayoutKind)> = match v {
+                Version::Out => vec![
+                    ("CLO".into(), LayoutKind::Bipartite),
+                    ("BAD".into(), LayoutKind::Bad),
+                    ("OUT, linear".into(), LayoutKind::InvocationOrder),
+                ],
+                _ => vec![
+                    ("ALL".into(), LayoutKind::Bipartite),
+                    ("PIN, linear".into(), LayoutKind::InvocationOrder),
+                ],
+            };
+            let base = p.map.funcs().first().map_or(0, |f| f.start);
+            for (k, m) in ms.iter().enumerate() {
+                let period = m.hier.l1i.sets() * u64::from(m.hier.l1i.line);
+                let layouts = kinds
+                    .iter()
+                    .map(|(_, lk)| {
+                        Layout::compute(lk, p.map.funcs(), &r.profile, period, rounds as u64, base)
+                    })
+                    .collect();
+                let lr = session::analyze(
+                    &mut p,
+                    Setup {
+                        layouts: Some(LayoutSetup {
+                            l1i: m.hier.l1i,
+                            layouts,
+                            timing: Some((m.hier, m.timing)),
+                        }),
+                        unused: true,
+                        ..Setup::default()
+                    },
+                    false,
+                )?
+                .report;
+                for ((name, _), res) in kinds.iter().zip(&lr.layouts) {
+                    rows[k].push(Row {
+                        version: name.clone(),
+                        b: res.breakdown.unwrap_or_default(),
+                        l1i_misses: res.l1i.misses(),
+                        unused: res.unused,
+                    });
+                }
+            }
+        }
+        reports.push((v, r));
+    }
+    Ok(Traced { rows, reports })
+}
+
+/// Seed Tables 4 and 5, modelled: lackey traces of `phyllo paths trace` through phyllo-analyze.
+fn modelled(quick: bool, sec: &mut Section) -> Result<()> {
+    let Some(exe) = super::phyllo_exe().filter(|_| capture::have_valgrind()) else {
+        sec.text.push(
+            "Tables 4 and 5: SKIPPED — they need valgrind (apt-get install valgrind) and the \
+             phyllo binary."
+                .into(),
+        );
+        return Ok(());
+    };
+    let rounds = if quick { 200 } else { 2000 };
+    let ms = models();
+    let order = [
+        "BAD",
+        "STD",
+        "OUT",
+        "CLO",
+        "PIN",
+        "ALL",
+        "OUT, linear",
+        "PIN, linear",
+    ];
+    let mut t5 = Table {
+        title: "Seed Table 5 (modelled): fetched i-cache bytes never executed (Alpha L1I, 32 B \
+                lines; this host's L1I) and the static size of the code the round trips run, \
+                without (STD) and with (OUT) outlining"
+            .into(),
+        headers: [
+            "stack",
+            "version",
+            "unused, Alpha",
+            "unused, host",
+            "functions run",
+            "their size, instructions",
+            "up to the last one run, instructions",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for kind in StackKind::BOTH {
+        let t =
+            trace_stack(&exe, kind, rounds).with_context(|| format!("tracing {}", kind.spec()))?;
+        for (k, m) in ms.iter().enumerate() {
+            let all = t.rows[k].iter().find(|r| r.version == "ALL").map(|r| r.b);
+            let mut table = Table {
+                title: format!(
+                    "Seed Table 4 (modelled), {} stack, {}: per round trip",
+                    kind.name(),
+                    m.name
+                ),
+                headers: [
+                    "version",
+                    "trace length",
+                    "cycles",
+                    "CPI",
+                    "iCPI",
+                    "mCPI",
+                    "L1I misses",
+                    "fetched, never run",
+                    "Δ cycles vs ALL",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: vec![],
+            };
+            for name in order {
+                let Some(r) = t.rows[k].iter().find(|r| r.version == name) else {
+                    continue;
+                };
+                let per = |x: u64| x as f64 / rounds as f64;
+                table.rows.push(vec![
+                    name.into(),
+                    format!("{:.0}", per(r.b.instructions)),
+                    format!("{:.0}", per(r.b.cycles)),
+                    format!("{:.2}", r.b.cpi),
+                    format!("{:.2}", r.b.icpi),
+                    format!("{:.2}", r.b.mcpi),
+                    format!("{:.1}", per(r.l1i_misses)),
+                    r.unused
+                        .map_or("—".into(), |u| format!("{:.1} %", 100.0 * u.fraction())),
+                    all.map_or("—".into(), |a| {
+                        format!(
+                            "{:+.1} %",
+                            100.0 * (r.b.cycles as f64 / a.cycles.max(1) as f64 - 1.0)
+                        )
+                    }),
+                ]);
+            }
+            if k == 0 && kind == StackKind::Tall {
+                let mcpi = |n: &str| t.rows[k].iter().find(|r| r.version == n).map(|r| r.b.mcpi);
+                if let (Some(bad), Some(all)) = (mcpi("BAD"), mcpi("ALL")) {
+                    sec.figures
+                        .push(("paths.alpha_mcpi_bad_vs_all".into(), bad / all.max(1e-9)));
+                }
+            }
+            sec.tables.push(table);
+        }
+        for (v, r) in &t.reports {
+            if *v == Version::Pin {
+                continue;
+            }
+            let frac = |k: usize| {
+                r.unused
+                    .get(k)
+                    .map_or("—".into(), |u| format!("{:.1} %", 100.0 * u.fraction()))
+            };
+            let c = &r.code_size;
+            t5.rows.push(vec![
+                kind.name().into(),
+                v.name().into(),
+                frac(0),
+                frac(1),
+                c.functions.to_string(),
+                c.total_insns.to_string(),
+                c.hot_insns.to_string(),
+            ]);
+        }
+    }
+    sec.tables.push(t5);
+    sec.text.push(format!(
+        "Tables 4 and 5 are modelled: {rounds} round trips of `phyllo paths trace` (both ends, \
+         datagrams handed over directly) traced by valgrind lackey and run through \
+         phyllo-analyze under each memory model. CLO, BAD and ALL are virtual layouts of OUT's \
+         and PIN's traces (functions re-placed, no relinking): bipartite (library functions, \
+         called more than once per round trip, in one part of the cache; path functions in \
+         the rest; each in invocation order), bad (every function at the same cache set) and, \
+         as the seed's §3.2 advises when the whole path fits the cache, linear (invocation \
+         order). The static sizes count every named function the region runs, the C \
+         library's included."
+    ));
+    Ok(())
 }
