@@ -86,11 +86,14 @@ pub struct PathsArgs {
     pub size: usize,
 }
 
-/// Round trips timed over memlink or UDP.
-struct Rtt {
-    link: LinkArg,
-    size: usize,
-    rounds: usize,
+/// Round trips timed over memlink or UDP (each end built by [`with_stack`]).
+pub struct Rtt {
+    /// Where the round trips go.
+    pub link: LinkArg,
+    /// Bytes per message.
+    pub size: usize,
+    /// Round trips measured (after a tenth as many for warm-up).
+    pub rounds: usize,
 }
 
 impl OnStack for Rtt {

@@ -74,7 +74,10 @@ fn cachegrind_agrees_within_one_percent() {
             "L1D misses {} vs cachegrind {cg_d}",
             d.misses()
         );
-        assert!(rel(i.accesses(), cg.get("Ir")) < 0.01);
+        // cachegrind fetches every iteration of a rep string instruction; the analyzer once
+        // per execution (the folded iterations are repeated fetches of one line: hits).
+        let folded = ours.rep.records - ours.rep.executions;
+        assert!(rel(i.accesses() + folded, cg.get("Ir")) < 0.01);
     }
 }
 
@@ -91,12 +94,14 @@ fn region_instruction_count_matches_callgrind() {
     let ours = session::analyze(&mut p, setup, false).unwrap().report;
     let cl = capture::callgrind(&compute(2), phyllo_analyze::roi::REGION_SYMBOL, None).unwrap();
     eprintln!(
-        "region: {} instructions, callgrind {}",
+        "region: {} instructions ({} fetches), callgrind {}",
         ours.instructions,
+        ours.instruction_records(),
         cl.get("Ir")
     );
     assert_eq!(ours.roi_entries, 1);
-    assert!(rel(ours.instructions, cl.get("Ir")) < 0.01);
+    // callgrind counts a rep string instruction once per iteration, as lackey's records.
+    assert!(rel(ours.instruction_records(), cl.get("Ir")) < 0.01);
 }
 
 #[test]

@@ -11,13 +11,11 @@
 //!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
 //!   as virtual layouts of OUT's and PIN's traces.
 
-use crate::measure::{config, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
-use crate::paths_cmd::{direct_round_trip, learn, mean_sd};
+use crate::measure::config;
+use crate::paths_cmd::{direct_round_trip, learn, mean_sd, LinkArg, Rtt};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{Context, Result};
 use phyllo::conn::BuildError;
-use phyllo::harness::Pair;
-use phyllo::link::memlink::MemLink;
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet, Role};
 use phyllo_analyze::analysis::{LayoutSetup, Report, Setup};
@@ -52,31 +50,6 @@ fn trace_workload(exe: &std::path::Path, kind: StackKind, v: Version, rounds: us
         ]
         .map(String::from)
         .to_vec(),
-    }
-}
-
-/// Round trips over memlink or UDP, for Table 2.
-struct Rtt {
-    udp: bool,
-    rounds: usize,
-}
-
-impl OnStack for Rtt {
-    type Out = Result<RttRun>;
-    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
-        self,
-        mut make: M,
-    ) -> Result<RttRun> {
-        let (a, b) = (
-            make(config(Role::Initiator, false))?,
-            make(config(Role::Responder, false))?,
-        );
-        if self.udp {
-            let (a, b) = udp_pair_of(a, b)?;
-            rtt_udp_on(a, b, 1, self.rounds, true, None)
-        } else {
-            rtt_mem_on(Pair::new(a, b, MemLink::perfect()), 1, self.rounds)
-        }
     }
 }
 
@@ -214,7 +187,16 @@ fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
         for _ in 0..runs {
             for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
                 for (c, v) in CODE.into_iter().enumerate() {
-                    let r = with_stack(kind, v, Rtt { udp, rounds })?;
+                    let link = if udp { LinkArg::Udp } else { LinkArg::Mem };
+                    let r = with_stack(
+                        kind,
+                        v,
+                        Rtt {
+                            link,
+                            size: 1,
+                            rounds,
+                        },
+                    )?;
                     means[k][c].push(mean_sd(&r.samples_ns).0 as u64);
                 }
             }
