@@ -157,6 +157,16 @@ impl Image {
         (addr < f.start + f.size).then_some((i - 1) as FuncId)
     }
 
+    /// The mangled names of the functions that start at link-time address `addr` (aliases
+    /// included), as a linker's symbol-ordering file names them.
+    pub fn mangled_at(&self, addr: u64) -> Vec<&str> {
+        self.raw_names
+            .iter()
+            .filter(|(_, i)| self.funcs.get(*i).is_some_and(|f| f.start == addr))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
     /// Link-time address of the symbol named exactly `name` (mangled name).
     pub fn symbol(&self, name: &str) -> Result<u64, ImageError> {
         self.raw_names

@@ -12,6 +12,7 @@ pub mod keys;
 pub mod measure;
 pub mod paths_cmd;
 pub mod relay;
+pub mod relink;
 pub mod report;
 pub mod serve;
 pub mod sessiond;

@@ -52,6 +52,9 @@ pub enum Mode {
     /// Classify datagrams between the analyzer's region markers (the classifier's own cost,
     /// for callgrind); `--rounds` datagrams.
     Classify,
+    /// Trace the version's round trips, order its functions (`--order`) and link this binary
+    /// again in that order into `--out` (needs valgrind, cargo and the source tree).
+    Relink,
 }
 
 /// Where round trips go.
@@ -61,6 +64,9 @@ pub enum LinkArg {
     Mem,
     /// UDP loopback, both ends busy-polling.
     Udp,
+    /// No link: each end hands its datagrams to the other (protocol processing only; seed
+    /// 000's T_p).
+    Direct,
 }
 
 /// Arguments of `phyllo paths`.
@@ -84,6 +90,12 @@ pub struct PathsArgs {
     /// Bytes per message (the seed's ping-pong carries 1).
     #[arg(long, default_value_t = 1)]
     pub size: usize,
+    /// The function order `relink` links with.
+    #[arg(long, value_enum, default_value = "bipartite")]
+    pub order: crate::relink::Order,
+    /// Where `relink` writes the relinked binary.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// Round trips timed over memlink or UDP (each end built by [`with_stack`]).
@@ -112,6 +124,7 @@ impl OnStack for Rtt {
                 let (a, b) = udp_pair_of(a, b)?;
                 rtt_udp_on(a, b, self.size, self.rounds, true, None)
             }
+            LinkArg::Direct => rtt_direct(a, b, self.size, self.rounds),
         }
     }
 }
@@ -155,6 +168,43 @@ impl OnStack for Trace {
         }
         Ok(done)
     }
+}
+
+/// Round trips with the datagrams handed over directly, each timed; a tenth as many first
+/// for warm-up.
+fn rtt_direct<S: LayerSet>(
+    mut a: Connection<S>,
+    mut b: Connection<S>,
+    size: usize,
+    rounds: usize,
+) -> Result<RttRun> {
+    let data = vec![0x5au8; size];
+    let epoch = std::time::Instant::now();
+    let mut general = 0;
+    let now = |at: std::time::Instant| phyllo::Time(at.duration_since(epoch).as_nanos() as u64);
+    for _ in 0..(rounds / 10).max(10) {
+        direct_round_trip(
+            &mut a,
+            &mut b,
+            now(std::time::Instant::now()),
+            &data,
+            None,
+            &mut general,
+        )?;
+    }
+    let mut samples = Vec::with_capacity(rounds);
+    let first = std::time::Instant::now();
+    for _ in 0..rounds {
+        let t0 = std::time::Instant::now();
+        direct_round_trip(&mut a, &mut b, now(t0), &data, None, &mut general)?;
+        samples.push(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(RttRun {
+        samples_ns: samples,
+        stats: a.stats().clone(),
+        accel: None,
+        span: first.elapsed(),
+    })
 }
 
 /// The datagrams of one round trip's request and reply, and a classifier for each end's
@@ -302,6 +352,21 @@ pub fn main(args: PathsArgs) -> Result<()> {
                 run.samples_ns.len(),
                 mean,
                 sd
+            );
+        }
+        Mode::Relink => {
+            let Some(out) = &args.out else {
+                bail!("relink needs --out FILE");
+            };
+            let names = crate::relink::symbol_order(kind, args.version, args.order, 200)?;
+            crate::relink::relink(&names, out)?;
+            println!(
+                "paths relink {} {} {:?}: {} functions ordered -> {}",
+                kind.spec(),
+                args.version.name(),
+                args.order,
+                names.len(),
+                out.display()
             );
         }
         Mode::Classify => {

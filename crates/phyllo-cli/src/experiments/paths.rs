@@ -89,6 +89,7 @@ impl Experiment for Paths {
             instructions(*rounds, t, &mut sec)?;
         }
         round_trips(quick, &mut sec)?;
+        processing_times(quick, &mut sec)?;
         if let Some((rounds, t)) = &traced {
             modelled(*rounds, t, &mut sec);
         }
@@ -344,7 +345,11 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
             }
             None => "— (valgrind missing)".into(),
         };
-        let (ns, p, w) = (cost.ns, mean_of(&cost.plain), mean_of(&cost.classified));
+        let (ns, p, w) = (
+            cost.ns,
+            mean_sd_f(&cost.plain).0,
+            mean_sd_f(&cost.classified).0,
+        );
         if kind == StackKind::Tall {
             sec.figures
                 .push(("paths.classifier_ns_per_packet".into(), ns));
@@ -361,10 +366,6 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
     }
     sec.tables.push(table);
     Ok(())
-}
-
-fn mean_of(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 /// A memory model of Tables 4 and 5.
@@ -638,4 +639,128 @@ fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
          order). The static sizes count every named function the region runs, the C \
          library's included."
     ));
+}
+
+/// One `phyllo paths rtt --link direct` run of `exe`: mean ns per round trip.
+fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Result<f64> {
+    let stack = match kind {
+        StackKind::Short => "short",
+        StackKind::Tall => "tall",
+    };
+    let out = std::process::Command::new(exe)
+        .args([
+            "paths",
+            "rtt",
+            "--link",
+            "direct",
+            "--stack",
+            stack,
+            "--version",
+            v.name(),
+        ])
+        .args(["--rounds", &rounds.to_string()])
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("mean ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|x| x.parse::<f64>().ok())
+        .with_context(|| {
+            format!(
+                "no mean in {:?} ({})",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+/// Seed Table 4's T_p, measured: protocol processing per round trip (both ends, datagrams
+/// handed over directly), each version in a process of its own, runs interleaved. CLO and ALL
+/// are binaries relinked in the bipartite order (`phyllo paths relink`), in the full run only:
+/// the first relink compiles the workspace once more.
+fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
+    let Some(exe) = super::phyllo_exe() else {
+        return Ok(());
+    };
+    let (runs, rounds) = if quick { (3, 5000) } else { (7, 50_000) };
+    let relinked = !quick && capture::have_valgrind();
+    let dir = std::env::temp_dir().join(format!("phyllo-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut table = Table {
+        title: format!(
+            "Seed Table 4's T_p (measured): ns of protocol processing per round trip, both ends, \
+             datagrams handed over directly; mean ± sd of {runs} runs of {rounds}, each version \
+             in its own process, runs interleaved"
+        ),
+        headers: [
+            "version",
+            "short",
+            "Δ vs ALL (PIN where ALL was not relinked)",
+            "tall",
+            "Δ vs ALL (PIN where ALL was not relinked)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    // Per stack: (version, binary, means).
+    let mut per: Vec<Vec<(Version, std::path::PathBuf, Vec<f64>)>> = Vec::new();
+    for kind in StackKind::BOTH {
+        let mut row = Vec::new();
+        for v in [Version::Std, Version::Out, Version::Pin] {
+            row.push((v, exe.clone(), Vec::new()));
+        }
+        if relinked {
+            for (v, code) in [(Version::Clo, Version::Out), (Version::All, Version::Pin)] {
+                let out = dir.join(format!("phyllo-{}-{}", kind.spec().len(), v.name()));
+                let names =
+                    crate::relink::symbol_order(kind, code, crate::relink::Order::Bipartite, 200)?;
+                crate::relink::relink(&names, &out)?;
+                row.push((v, out, Vec::new()));
+            }
+        }
+        per.push(row);
+    }
+    for _ in 0..runs {
+        for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
+            for (v, bin, means) in &mut per[k] {
+                means.push(direct_rtt(bin, kind, v.code(), rounds)?);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let stat = |k: usize, v: Version| per[k].iter().find(|x| x.0 == v).map(|x| mean_sd_f(&x.2));
+    for v in Version::ALL {
+        let mut row = vec![v.name().to_string()];
+        for k in 0..2 {
+            let best = stat(k, Version::All)
+                .or(stat(k, Version::Pin))
+                .map_or(1.0, |x| x.0);
+            match stat(k, v) {
+                Some((m, sd)) => {
+                    row.push(format!("{m:.0} ± {sd:.0}"));
+                    row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                }
+                None => {
+                    row.push(match v {
+                        Version::Bad => "modelled only (needs gaps)".into(),
+                        _ => "relinked in the full run".into(),
+                    });
+                    row.push("—".into());
+                }
+            }
+        }
+        table.rows.push(row);
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+/// Mean and sample standard deviation.
+fn mean_sd_f(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (m, var.sqrt())
 }
