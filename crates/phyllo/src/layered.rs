@@ -337,8 +337,7 @@ impl<S: LayerSet> Core<S> {
     }
 
     fn take_kept(&mut self, layer: usize) -> Option<Msg> {
-        let pos = self.kept.iter().position(|(l, _)| *l == layer)?;
-        Some(self.kept.swap_remove(pos).1)
+        crate::stack::take_kept(&mut self.kept, layer)
     }
 
     /// Give back the copies pre-phases kept (the message did not get to their post-phases).
@@ -362,20 +361,15 @@ impl<S: LayerSet> Core<S> {
         send: bool,
         m: &mut Msg,
     ) -> Option<(usize, Verdict)> {
-        let mut pkt = Packet {
-            msg: m,
-            layout: &self.layout,
-            order: self.layout.order(),
-            wire: if send {
-                self.layout.order()
-            } else {
-                self.rx_wire
-            },
+        let mut pkt = Self::packet(
+            &self.layout,
+            self.rx_wire,
             now,
-            layer: 0,
-            pool: &mut self.pool,
-            kept: &mut self.kept,
-        };
+            send,
+            m,
+            &mut self.pool,
+            &mut self.kept,
+        );
         for i in layers {
             pkt.layer = i;
             let v = if send {
@@ -392,18 +386,53 @@ impl<S: LayerSet> Core<S> {
 
     /// Call into layer `i` with a context for its post-phase or timer.
     fn with_cx(&mut self, now: Time, i: usize, f: impl FnOnce(&mut S, &mut Cx<'_>)) {
-        let mut cx = Cx {
+        let (layers, mut parts) = self.split(now);
+        if let Some(mut cx) = parts.cx(i) {
+            f(layers, &mut cx);
+        }
+    }
+
+    /// The stack, and the rest of the core's state as its post-phases borrow it.
+    #[inline(always)]
+    fn split(&mut self, now: Time) -> (&mut S, PostParts<'_>) {
+        (
+            &mut self.layers,
+            PostParts {
+                now,
+                layout: &self.layout,
+                pool: &mut self.pool,
+                queue: &mut self.queue,
+                timers: &mut self.timers,
+                counters: &mut self.stats.layers,
+                disable: &mut self.disable,
+                template: &self.template.bytes,
+                kept: &mut self.kept,
+            },
+        )
+    }
+
+    /// A message `m` for the pre-phases at `now`: sending (this end's byte order) or
+    /// delivering (the order it was received in).
+    #[inline(always)]
+    fn packet<'a>(
+        layout: &'a Layout,
+        rx_wire: ByteOrder,
+        now: Time,
+        send: bool,
+        m: &'a mut Msg,
+        pool: &'a mut Pool,
+        kept: &'a mut Vec<(usize, Msg)>,
+    ) -> Packet<'a> {
+        Packet {
+            msg: m,
+            layout,
+            order: layout.order(),
+            wire: if send { layout.order() } else { rx_wire },
             now,
-            layer: i,
-            layout: &self.layout,
-            pool: &mut self.pool,
-            queue: &mut self.queue,
-            timer: &mut self.timers[i],
-            counters: &mut self.stats.layers[i].1,
-            disable: &mut self.disable,
-            template: &self.template.bytes,
-        };
-        f(&mut self.layers, &mut cx);
+            layer: 0,
+            pool,
+            kept,
+        }
     }
 
     /// Post-send of layer `i` for a message whose header area was `hdr`.
@@ -576,20 +605,15 @@ impl<S: LayerSet> Core<S> {
         edge: usize,
         m: &mut Msg,
     ) -> Option<(usize, Verdict)> {
-        let mut pkt = Packet {
-            msg: m,
-            layout: &self.layout,
-            order: self.layout.order(),
-            wire: if send {
-                self.layout.order()
-            } else {
-                self.rx_wire
-            },
+        let mut pkt = Self::packet(
+            &self.layout,
+            self.rx_wire,
             now,
-            layer: 0,
-            pool: &mut self.pool,
-            kept: &mut self.kept,
-        };
+            send,
+            m,
+            &mut self.pool,
+            &mut self.kept,
+        );
         if send {
             self.layers.pre_send_walk(0, edge, &mut pkt)
         } else {
@@ -601,22 +625,12 @@ impl<S: LayerSet> Core<S> {
     /// their pre-sends kept, or post-delivery), top down, along the stack's walk.
     #[inline(always)]
     fn post_walk(&mut self, now: Time, send: bool, range: (usize, usize), hdr: &HeaderCopy) {
-        let view = hdr.view(&self.layout, self.layout.order());
-        let mut parts = PostParts {
-            now,
-            layout: &self.layout,
-            pool: &mut self.pool,
-            queue: &mut self.queue,
-            timers: &mut self.timers,
-            counters: &mut self.stats.layers,
-            disable: &mut self.disable,
-            template: &self.template.bytes,
-            kept: &mut self.kept,
-        };
+        let (layers, mut parts) = self.split(now);
+        let view = hdr.view(parts.layout, parts.layout.order());
         if send {
-            self.layers.post_send_walk(0, range, &view, &mut parts);
+            layers.post_send_walk(0, range, &view, &mut parts);
         } else {
-            self.layers.post_deliver_walk(0, range, &view, &mut parts);
+            layers.post_deliver_walk(0, range, &view, &mut parts);
         }
     }
 }

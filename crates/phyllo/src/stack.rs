@@ -165,7 +165,7 @@ pub struct PostParts<'a> {
 impl PostParts<'_> {
     /// The context of layer `i`'s post-phase.
     #[inline(always)]
-    fn cx(&mut self, i: usize) -> Option<Cx<'_>> {
+    pub(crate) fn cx(&mut self, i: usize) -> Option<Cx<'_>> {
         Some(Cx {
             now: self.now,
             layer: i,
@@ -182,12 +182,18 @@ impl PostParts<'_> {
     /// The copy layer `i`'s pre-send kept, if any.
     #[inline(always)]
     fn take_kept(&mut self, i: usize) -> Option<Msg> {
-        if self.kept.is_empty() {
-            return None;
-        }
-        let pos = self.kept.iter().position(|(l, _)| *l == i)?;
-        Some(self.kept.swap_remove(pos).1)
+        take_kept(self.kept, i)
     }
+}
+
+/// Take the copy layer `i`'s pre-send kept out of `kept`, if it kept one.
+#[inline(always)]
+pub(crate) fn take_kept(kept: &mut Vec<(usize, Msg)>, i: usize) -> Option<Msg> {
+    if kept.is_empty() {
+        return None;
+    }
+    let pos = kept.iter().position(|(l, _)| *l == i)?;
+    Some(kept.swap_remove(pos).1)
 }
 
 /// The dynamic stack.
