@@ -15,6 +15,8 @@ use phyllo::link::memlink::MemLink;
 use phyllo::paths::classify::{flow_fields, Classifier, Route};
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo_analyze::capture::Workload;
+use std::path::Path;
 
 /// Which reference stack.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -23,6 +25,51 @@ pub enum StackArg {
     Short,
     /// `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth`.
     Tall,
+}
+
+/// `kind` as `--stack` names it.
+pub fn stack_arg(kind: StackKind) -> &'static str {
+    match kind {
+        StackKind::Short => "short",
+        StackKind::Tall => "tall",
+    }
+}
+
+/// `phyllo paths <mode>` of `exe` on `kind` in `version`'s code for `rounds`, as a workload
+/// for valgrind (or a process of its own).
+pub fn workload(
+    exe: &Path,
+    mode: &str,
+    kind: StackKind,
+    version: Version,
+    rounds: usize,
+) -> Workload {
+    Workload {
+        program: exe.to_path_buf(),
+        args: [
+            "paths",
+            mode,
+            "--stack",
+            stack_arg(kind),
+            "--version",
+            version.name(),
+            "--rounds",
+            &rounds.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    }
+}
+
+/// Both ends built by `make` (this process's configuration, no accelerator): initiator,
+/// responder.
+pub fn ends<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+    make: &mut M,
+) -> Result<(Connection<S>, Connection<S>), BuildError> {
+    Ok((
+        make(config(Role::Initiator, false))?,
+        make(config(Role::Responder, false))?,
+    ))
 }
 
 impl From<StackArg> for StackKind {
@@ -114,10 +161,7 @@ impl OnStack for Rtt {
         self,
         mut make: M,
     ) -> Result<RttRun> {
-        let (a, b) = (
-            make(config(Role::Initiator, false))?,
-            make(config(Role::Responder, false))?,
-        );
+        let (a, b) = ends(&mut make)?;
         match self.link {
             LinkArg::Mem => rtt_mem_on(Pair::new(a, b, MemLink::perfect()), self.size, self.rounds),
             LinkArg::Udp => {
@@ -143,8 +187,7 @@ impl OnStack for Trace {
         self,
         mut make: M,
     ) -> Result<usize> {
-        let mut a = make(config(Role::Initiator, false))?;
-        let mut b = make(config(Role::Responder, false))?;
+        let (mut a, mut b) = ends(&mut make)?;
         let data = vec![0x5au8; self.size];
         let mut general = 0;
         // The clock stands still: no timer falls due inside the region.
@@ -298,8 +341,7 @@ impl OnStack for ClassifyRun {
         self,
         mut make: M,
     ) -> Result<usize> {
-        let mut a = make(config(Role::Initiator, false))?;
-        let mut b = make(config(Role::Responder, false))?;
+        let (mut a, mut b) = ends(&mut make)?;
         let l = learn(self.kind, &mut a, &mut b)?;
         // B's classifier sees its flow's request and the reverse flow's reply by turns: a
         // match and a miss.

@@ -10,10 +10,10 @@
 //! bipartite layout (which also keeps path functions out of the library's cache sets); the
 //! deliberately conflicting BAD layout needs gaps and stays modelled.
 
+use crate::paths_cmd::workload;
 use anyhow::{bail, Context, Result};
 use phyllo::paths::{StackKind, Version};
 use phyllo_analyze::analysis::Setup;
-use phyllo_analyze::capture::Workload;
 use phyllo_analyze::image::Image;
 use phyllo_analyze::session;
 use std::path::{Path, PathBuf};
@@ -28,29 +28,6 @@ pub enum Order {
     Linear,
 }
 
-/// The `phyllo paths trace` workload of this executable.
-fn workload(exe: &Path, kind: StackKind, v: Version, rounds: usize) -> Workload {
-    let stack = match kind {
-        StackKind::Short => "short",
-        StackKind::Tall => "tall",
-    };
-    Workload {
-        program: exe.to_path_buf(),
-        args: [
-            "paths",
-            "trace",
-            "--stack",
-            stack,
-            "--version",
-            v.name(),
-            "--rounds",
-            &rounds.to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
-    }
-}
-
 /// The mangled names of this executable's functions that `rounds` round trips of `kind` in
 /// `version`'s code run, in `order` (traced under valgrind lackey).
 pub fn symbol_order(
@@ -61,7 +38,7 @@ pub fn symbol_order(
 ) -> Result<Vec<String>> {
     let exe = std::env::current_exe().context("locating the phyllo binary")?;
     let image = Image::load(&exe).context("reading the phyllo binary's symbols")?;
-    let mut p = session::prepare(workload(&exe, kind, version, rounds))?;
+    let mut p = session::prepare(workload(&exe, "trace", kind, version, rounds))?;
     let r = session::analyze(
         &mut p,
         Setup {

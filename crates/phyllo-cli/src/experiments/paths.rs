@@ -11,16 +11,15 @@
 //!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
 //!   as virtual layouts of OUT's and PIN's traces.
 
-use crate::measure::config;
-use crate::paths_cmd::{direct_round_trip, learn, mean_sd, LinkArg, Rtt};
+use crate::paths_cmd::{direct_round_trip, ends, learn, mean_sd, workload, LinkArg, Rtt};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{Context, Result};
 use phyllo::conn::BuildError;
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
-use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo::{Config, Connection, LayerSet};
 use phyllo_analyze::analysis::{LayoutSetup, Report, Setup};
 use phyllo_analyze::cache::{HierarchyConfig, Unused};
-use phyllo_analyze::capture::{self, Workload};
+use phyllo_analyze::capture;
 use phyllo_analyze::layout::{Layout, LayoutKind};
 use phyllo_analyze::session;
 use phyllo_analyze::timing::{Breakdown, TimingConfig};
@@ -30,28 +29,6 @@ pub struct Paths;
 
 /// The versions whose code differs (the others are layouts of these).
 const CODE: [Version; 3] = [Version::Std, Version::Out, Version::Pin];
-
-fn trace_workload(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Workload {
-    let stack = match kind {
-        StackKind::Short => "short",
-        StackKind::Tall => "tall",
-    };
-    Workload {
-        program: exe.to_path_buf(),
-        args: [
-            "paths",
-            "trace",
-            "--stack",
-            stack,
-            "--version",
-            v.name(),
-            "--rounds",
-            &rounds.to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
-    }
-}
 
 impl Experiment for Paths {
     fn name(&self) -> &'static str {
@@ -141,7 +118,7 @@ fn instructions(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section
         ]);
         if *kind == StackKind::Tall {
             if let Some(exe) = super::phyllo_exe() {
-                let w = trace_workload(&exe, *kind, Version::Std, rounds);
+                let w = workload(&exe, "trace", *kind, Version::Std, rounds);
                 let ir =
                     capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
                 sec.text.push(format!(
@@ -253,8 +230,7 @@ impl OnStack for ClassifierCost {
         self,
         mut make: M,
     ) -> Result<Cost> {
-        let mut a = make(config(Role::Initiator, false))?;
-        let mut b = make(config(Role::Responder, false))?;
+        let (mut a, mut b) = ends(&mut make)?;
         let l = learn(self.kind, &mut a, &mut b)?;
         let inputs = [&l.samples[0][..], &l.samples[1][..]];
         let t0 = std::time::Instant::now();
@@ -337,8 +313,7 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
         let insns = match &exe {
             Some(exe) => {
                 let n = if quick { 20_000 } else { 200_000 };
-                let mut w = trace_workload(exe, kind, Version::All, n);
-                w.args[1] = "classify".into();
+                let w = workload(exe, "classify", kind, Version::All, n);
                 let ir =
                     capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
                 format!("{:.1}", ir as f64 / n as f64)
@@ -419,7 +394,7 @@ fn trace_stack(exe: &std::path::Path, kind: StackKind, rounds: usize) -> Result<
     let mut rows: Vec<Vec<Row>> = vec![Vec::new(); ms.len()];
     let mut reports = Vec::new();
     for v in CODE {
-        let mut p = session::prepare(trace_workload(exe, kind, v, rounds))?;
+        let mut p = session::prepare(workload(exe, "trace", kind, v, rounds))?;
         let setup = Setup {
             hierarchies: ms.iter().map(|m| m.hier).collect(),
             timings: ms.iter().enumerate().map(|(i, m)| (i, m.timing)).collect(),
@@ -643,22 +618,10 @@ fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
 
 /// One `phyllo paths rtt --link direct` run of `exe`: mean ns per round trip.
 fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Result<f64> {
-    let stack = match kind {
-        StackKind::Short => "short",
-        StackKind::Tall => "tall",
-    };
-    let out = std::process::Command::new(exe)
-        .args([
-            "paths",
-            "rtt",
-            "--link",
-            "direct",
-            "--stack",
-            stack,
-            "--version",
-            v.name(),
-        ])
-        .args(["--rounds", &rounds.to_string()])
+    let w = workload(exe, "rtt", kind, v, rounds);
+    let out = std::process::Command::new(&w.program)
+        .args(&w.args)
+        .args(["--link", "direct"])
         .output()
         .with_context(|| format!("running {}", exe.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
