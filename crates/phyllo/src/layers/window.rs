@@ -92,8 +92,29 @@ struct Fields {
     kind: FieldHandle,
     seq: FieldHandle,
     ack: FieldHandle,
-    /// Source port, destination port and checksum, with a transport header.
-    ports: Option<(FieldHandle, FieldHandle, FieldHandle)>,
+    /// The transport header, if the window has one.
+    transport: Option<Transport>,
+}
+
+/// A transport header's fields and this end's ports.
+#[derive(Clone, Copy, Debug)]
+struct Transport {
+    sport: FieldHandle,
+    dport: FieldHandle,
+    sum: FieldHandle,
+    ports: Ports,
+}
+
+impl Transport {
+    /// The transport fields of a message this end sends, each with its value.
+    fn stamp(&self, kind: u64, seq: u64, body: &[u8]) -> [(FieldHandle, u64); 3] {
+        let (local, peer) = (u64::from(self.ports.local), u64::from(self.ports.peer));
+        [
+            (self.sport, local),
+            (self.dport, peer),
+            (self.sum, transport_sum(local, peer, kind, seq, body)),
+        ]
+    }
 }
 
 /// The transport checksum over the ports, kind, sequence number (as on the wire) and body.
@@ -220,12 +241,11 @@ impl<const O: bool> Window<O> {
     /// With a transport header, write the ports and checksum of a message this layer
     /// originates (header area + body).
     fn stamp(&self, m: &mut Msg, f: Fields, kind: u64, seq: u64, cx: &Cx<'_>) {
-        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
+        if let Some(t) = f.transport {
             let body = m.data().get(cx.header_len()..).unwrap_or(&[]);
-            let c = transport_sum(u64::from(t.local), u64::from(t.peer), kind, seq, body);
-            cx.set(m, sp, u64::from(t.local));
-            cx.set(m, dp, u64::from(t.peer));
-            cx.set(m, sum, c);
+            for (h, v) in t.stamp(kind, seq, body) {
+                cx.set(m, h, v);
+            }
         }
     }
 
@@ -367,18 +387,17 @@ impl<const O: bool> Layer for Window<O> {
     }
 
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
-        let ports = self.cfg.transport.map(|_| {
-            (
-                fields.add_field(FieldClass::ProtoSpecific, "sport", 16, None),
-                fields.add_field(FieldClass::ProtoSpecific, "dport", 16, None),
-                fields.add_field(FieldClass::MsgSpecific, "tsum", 16, None),
-            )
+        let transport = self.cfg.transport.map(|ports| Transport {
+            sport: fields.add_field(FieldClass::ProtoSpecific, "sport", 16, None),
+            dport: fields.add_field(FieldClass::ProtoSpecific, "dport", 16, None),
+            sum: fields.add_field(FieldClass::MsgSpecific, "tsum", 16, None),
+            ports,
         });
         self.f = Some(Fields {
             kind: fields.add_field(FieldClass::ProtoSpecific, "kind", 2, None),
             seq: fields.add_field(FieldClass::ProtoSpecific, "seq", SEQ_BITS, None),
             ack: fields.add_field(FieldClass::Gossip, "ack", SEQ_BITS, None),
-            ports,
+            transport,
         });
     }
 
@@ -418,12 +437,10 @@ impl<const O: bool> Layer for Window<O> {
         pkt.set(f.kind, KIND_DATA);
         pkt.set(f.seq, self.snd_next);
         pkt.set(f.ack, self.rcv_next);
-        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
-            let (local, peer) = (u64::from(t.local), u64::from(t.peer));
-            let c = transport_sum(local, peer, KIND_DATA, self.snd_next, pkt.body());
-            pkt.set(sp, local);
-            pkt.set(dp, peer);
-            pkt.set(sum, c);
+        if let Some(t) = f.transport {
+            for (h, v) in t.stamp(KIND_DATA, self.snd_next, pkt.body()) {
+                pkt.set(h, v);
+            }
         }
         pkt.keep_copy();
         Verdict::Continue
@@ -450,15 +467,15 @@ impl<const O: bool> Layer for Window<O> {
         let Some(f) = self.f else {
             return Verdict::Continue;
         };
-        if let (Some((sp, dp, sum)), Some(t)) = (f.ports, self.cfg.transport) {
+        if let Some(t) = f.transport {
             // The peer's source port is our `peer`, its destination our `local`.
-            let (sport, dport) = (pkt.get(sp), pkt.get(dp));
-            if sport != u64::from(t.peer) || dport != u64::from(t.local) {
+            let (sport, dport) = (pkt.get(t.sport), pkt.get(t.dport));
+            if sport != u64::from(t.ports.peer) || dport != u64::from(t.ports.local) {
                 cold::<O>();
                 return Verdict::Drop(DropReason::Malformed);
             }
             let want = transport_sum(sport, dport, pkt.get(f.kind), pkt.get(f.seq), pkt.body());
-            if pkt.get(sum) != want {
+            if pkt.get(t.sum) != want {
                 cold::<O>();
                 return Verdict::Drop(DropReason::Checksum);
             }
