@@ -13,7 +13,7 @@
 //! - **quinn**: [`phyllo_quinn::quinn_bulk`], the file written in 8 KiB pieces on one stream
 //!   and hashed at both ends.
 
-use super::session::spawn_serve;
+use super::session::spawn_local_serve;
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{bail, Context, Result};
 use phyllo::session::StaticKey;
@@ -86,16 +86,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
     let rounds = if ctx.quick { 2 } else { 5 };
     let mut all = Vec::new();
     for _ in 0..rounds {
-        let (_server, addr) = spawn_serve(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--print-addr",
-            "--accel",
-            "--key",
-            &skf,
-            "--allow",
-            &cpub,
-        ])?;
+        let (_server, addr) = spawn_local_serve(&skf, &cpub, &[])?;
         let out = Command::new(exe)
             .args(["connect", &addr, "--accel", "--quiet", "--key", &ckf])
             .args(["--server-key", &spub, "--file", &file])

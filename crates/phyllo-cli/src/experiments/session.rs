@@ -190,6 +190,27 @@ pub(super) fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
     Ok((KillOnDrop(child), line.trim().to_string()))
 }
 
+/// `phyllo serve` on a loopback port, accelerated, with the static key in `key` and the peer
+/// `allow` (a public key file) allowed, plus `extra`: the child and its address line.
+pub(super) fn spawn_local_serve(
+    key: &str,
+    allow: &str,
+    extra: &[&str],
+) -> Result<(KillOnDrop, String)> {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--print-addr",
+        "--accel",
+        "--key",
+        key,
+        "--allow",
+        allow,
+    ];
+    args.extend_from_slice(extra);
+    spawn_serve(&args)
+}
+
 fn rss_bytes(pid: u32) -> Result<u64> {
     let statm =
         std::fs::read_to_string(format!("/proc/{pid}/statm")).context("reading /proc/PID/statm")?;
@@ -222,19 +243,11 @@ fn processes(
     let cpub = crate::keys::public_path(&dir.join("client"));
     // RTT: session pings and raw UDP pings against the same server loop.
     {
-        let (_server, addrs) = spawn_serve(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--raw-echo",
-            "127.0.0.1:0",
-            "--print-addr",
-            "--accel",
-            "--busy-poll",
-            "--key",
+        let (_server, addrs) = spawn_local_serve(
             skf.to_str().unwrap_or_default(),
-            "--allow",
             cpub.to_str().unwrap_or_default(),
-        ])?;
+            &["--raw-echo", "127.0.0.1:0", "--busy-poll"],
+        )?;
         let mut it = addrs.split_whitespace();
         let s_addr: SocketAddr = it.next().context("address")?.parse()?;
         let raw_addr: SocketAddr = it.next().context("raw address")?.parse()?;

@@ -82,18 +82,7 @@ fn serve_flood_runs(
             "engine.serve_flood_goodput_ratio_busy_poll",
         ),
     ] {
-        let mut args = vec![
-            "--listen",
-            "127.0.0.1:0",
-            "--print-addr",
-            "--accel",
-            "--key",
-            &skf,
-            "--allow",
-            &cpub,
-        ];
-        args.extend(extra);
-        let (_server, addr) = super::super::session::spawn_serve(&args)?;
+        let (_server, addr) = super::super::session::spawn_local_serve(&skf, &cpub, extra)?;
         let addr: std::net::SocketAddr = addr.parse()?;
         let mut node = Node::bind(
             "127.0.0.1:0".parse()?,
