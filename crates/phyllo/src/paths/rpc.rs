@@ -158,27 +158,18 @@ impl<const O: bool> Layer for MSelect<O> {
 /// Channels a `vchan` layer multiplexes.
 pub const CHANNELS: u64 = 4;
 
-/// `vchan`: the virtual channel — which of the channels below a call uses. The test driver
-/// has one call outstanding, so it always takes channel 0; a message naming a channel that
-/// does not exist is refused.
+/// `vchan`: the virtual channel — which of the channels below a call uses. The stack has one
+/// channel (`chan`) and the test driver one call outstanding, so every call takes channel 0; a
+/// message naming a channel that does not exist is refused.
 #[derive(Debug, Default)]
 pub struct VChan<const O: bool> {
     f: Option<FieldHandle>,
-    busy: [bool; CHANNELS as usize],
 }
 
 impl<const O: bool> VChan<O> {
     /// A virtual channel over [`CHANNELS`] channels.
     pub fn new() -> VChan<O> {
-        VChan {
-            f: None,
-            busy: [false; CHANNELS as usize],
-        }
-    }
-
-    /// The first idle channel (0 when all are busy: calls queue on it).
-    fn pick(&self) -> u64 {
-        self.busy.iter().position(|b| !b).unwrap_or(0) as u64
+        VChan { f: None }
     }
 }
 
@@ -193,7 +184,7 @@ impl<const O: bool> Layer for VChan<O> {
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
         if let Some(h) = self.f {
-            pkt.set(h, self.pick());
+            pkt.set(h, 0);
         }
         Verdict::Continue
     }

@@ -1,6 +1,6 @@
 //! The short latency stack's addressing layer, `ip` (seed 000 Fig. 1: IP and VNET): source
 //! and destination addresses, protocol and time to live, and a routing table that chooses the
-//! interface of every outgoing datagram by longest prefix.
+//! interface to the peer by longest prefix — once, since a connection's peer is fixed.
 //!
 //! The stack is `tcp:ip:eth` — a few big layers, as seed 000's TCP/IP: `tcp` is the window
 //! layer with a transport header (ports and a checksum; [`crate::layers::Ports`]), holding the
@@ -48,6 +48,9 @@ pub struct Ip<const O: bool> {
     me: u32,
     peer: u32,
     routes: Vec<Route>,
+    /// The interface to the peer, looked up once (the peer never changes; TCP keeps its
+    /// route in the connection's control block the same way).
+    iface: Option<u8>,
     /// Datagrams sent per interface.
     sent: [u64; 4],
 }
@@ -77,6 +80,7 @@ impl<const O: bool> Ip<O> {
                 r([10, 0, 0, 0], 24, 0),
                 r([192, 168, 0, 0], 16, 2),
             ],
+            iface: None,
             sent: [0; 4],
         }
     }
@@ -114,6 +118,7 @@ impl<const O: bool> Layer for Ip<O> {
         };
         self.me = u32::from(me);
         self.peer = u32::from(peer);
+        self.iface = self.route(peer);
         self.f = Some(Fields {
             src: fields.add_field(FieldClass::ProtoSpecific, "src", 32, None),
             dst: fields.add_field(FieldClass::ProtoSpecific, "dst", 32, None),
@@ -126,7 +131,7 @@ impl<const O: bool> Layer for Ip<O> {
         let Some(f) = self.f else {
             return Verdict::Continue;
         };
-        if self.route(Ipv4Addr::from(self.peer)).is_none() {
+        if self.iface.is_none() {
             cold::<O>();
             return Verdict::Drop(DropReason::Malformed);
         }
@@ -138,7 +143,7 @@ impl<const O: bool> Layer for Ip<O> {
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
-        if let Some(i) = self.route(Ipv4Addr::from(self.peer)) {
+        if let Some(i) = self.iface {
             self.sent[usize::from(i) % 4] += 1;
         }
     }
