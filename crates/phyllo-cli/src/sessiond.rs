@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// A ping; echoed.
 pub const PING: u8 = b'p';
@@ -127,17 +127,12 @@ impl Node {
         let _ = link.set_send_buffer_size(8 << 20);
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-        let epoch_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .context("the system clock is before 1970")?
-            .as_nanos();
         let spec = stack.to_string();
         let ep = SessionEndpoint::new(
             key,
             allowed,
             SessionConfig {
                 accelerate,
-                epoch_ns,
                 ..SessionConfig::default()
             },
             Box::new(move |mut c| {

@@ -141,6 +141,39 @@ pub enum BuildError {
     Random(String),
 }
 
+/// What a datagram handed to [`Connection::handle_datagram`] did.
+///
+/// A stack's *keyed layer* (the lowest layer that [needs keys](crate::Layer::needs_keys):
+/// `seal`) authenticates datagrams and refuses any nonce it has seen. A datagram it passed is
+/// genuine and new, even when a layer above it refuses it — most often a retransmission
+/// whose first copy arrived, which `window` counts as a duplicate. That is the evidence a
+/// session needs to follow a peer that changed address (as WireGuard follows every
+/// authenticated datagram with a fresh counter): a copy an attacker replays from elsewhere
+/// is refused by the keyed layer itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// Every layer took it.
+    Accepted,
+    /// The keyed layer authenticated it as new; a layer above refused it (counted there).
+    FreshRefused,
+    /// Refused before it was authenticated as new (or, without a keyed layer, refused at
+    /// all): it proves nothing about its sender.
+    Refused,
+}
+
+impl Received {
+    /// Every layer took it.
+    pub fn is_accepted(self) -> bool {
+        self == Received::Accepted
+    }
+
+    /// It came from the peer and is new: accepted, or authenticated as new by the keyed
+    /// layer and refused above it.
+    pub fn is_fresh(self) -> bool {
+        self != Received::Refused
+    }
+}
+
 /// The application's message was not accepted.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SendError {
@@ -163,6 +196,8 @@ pub struct Connection<S: LayerSet = DynStack> {
     core: Core<S>,
     pa: Option<Box<Accelerator>>,
     max_message: usize,
+    /// The lowest layer that needs keys (the one that authenticates datagrams), if any.
+    keyed: Option<usize>,
 }
 
 /// A connection over a dynamic stack.
@@ -201,10 +236,14 @@ impl<S: LayerSet> Connection<S> {
                 Layout::per_layer_aligned(reg.specs(), n, 4)
             }
         })?;
+        let keyed = (0..core.layers().count())
+            .rev()
+            .find(|&i| core.layers().needs_keys_at(i));
         let mut c = Connection {
             core,
             pa: None,
             max_message: cfg.max_message,
+            keyed,
         };
         if let Some(f) = fields {
             let acfg = AccelConfig {
@@ -339,30 +378,47 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
-    /// Datagrams refused so far, for any reason (the stack's drops and the accelerator's
-    /// refusals): a datagram was accepted iff this did not grow while it was handled.
-    pub(crate) fn refusals(&self) -> u64 {
+    /// Refusals so far: `(before, all)`, where `before` counts those before the keyed layer
+    /// passed a datagram (the accelerator's admission, truncation, and the drops of the keyed
+    /// layer and the layers below it) and `all` every refusal. Without a keyed layer both
+    /// are the same. A datagram's [`Received`] is what it added to them: a few loads, since
+    /// every layer keeps its total.
+    #[inline(always)]
+    fn refusals(&self) -> (u64, u64) {
         let s = self.core.stats();
-        s.input_drops()
-            + self.pa.as_ref().map_or(0, |pa| {
-                let a = pa.stats();
-                a.unknown_cookie + a.unknown_conn + a.bad_packing + a.truncated
-            })
+        let (admit, after) = self.pa.as_ref().map_or((0, 0), |pa| {
+            let a = pa.stats();
+            (a.unknown_cookie + a.unknown_conn + a.truncated, a.bad_packing)
+        });
+        let k = self.keyed.unwrap_or(0);
+        let above: u64 = s.layers[..k].iter().map(|(_, c)| c.total()).sum();
+        let below: u64 = s.layers[k..].iter().map(|(_, c)| c.total()).sum();
+        let before = s.truncated + admit + below;
+        (before, before + above + after)
     }
 
-    /// Handle a datagram from the link (copied into a pooled buffer).
-    pub fn handle_datagram(&mut self, now: Time, data: &[u8]) {
+    /// Handle a datagram from the link (copied into a pooled buffer); what it did.
+    pub fn handle_datagram(&mut self, now: Time, data: &[u8]) -> Received {
         let m = self.core.pool().alloc_copy(data);
-        self.handle_msg(now, m);
+        self.handle_msg(now, m)
     }
 
-    /// Handle a datagram already in a [`Msg`] (e.g. from [`alloc`](Self::alloc)).
+    /// Handle a datagram already in a [`Msg`] (e.g. from [`alloc`](Self::alloc)); what it did.
     #[inline]
-    pub fn handle_msg(&mut self, now: Time, m: Msg) {
+    pub fn handle_msg(&mut self, now: Time, m: Msg) -> Received {
+        let (before, all) = self.refusals();
         self.core.stats_mut().datagrams_in += 1;
         match self.pa.as_deref_mut() {
             Some(pa) => pa.receive(&mut self.core, now, m),
             None => self.core.receive(now, m, &mut Bare),
+        }
+        let (before_now, all_now) = self.refusals();
+        if all_now == all {
+            Received::Accepted
+        } else if before_now == before && self.keyed.is_some() {
+            Received::FreshRefused
+        } else {
+            Received::Refused
         }
     }
 

@@ -111,9 +111,7 @@ impl<S: LayerSet> Endpoint<S> {
             return Some(idx);
         }
         let (ident, idx, fresh) = self.by_identification(d, pre)?;
-        let before = self.conns[idx].refusals();
-        self.conns[idx].handle_datagram(now, d);
-        if self.conns[idx].refusals() != before {
+        if !self.conns[idx].handle_datagram(now, d).is_accepted() {
             // Refused: whatever it would have taught is not learnt.
             if fresh && idx + 1 == self.conns.len() {
                 self.conns.pop();

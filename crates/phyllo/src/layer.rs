@@ -323,14 +323,23 @@ pub(crate) enum Origin {
 pub struct LayerCounters {
     /// Drops by reason.
     pub drops: Vec<(DropReason, u64)>,
+    /// Drops, all reasons (what `drops` sums to, kept so that a connection can tell in a few
+    /// loads whether a datagram was refused, and where).
+    total: u64,
 }
 
 impl LayerCounters {
     pub(crate) fn count(&mut self, r: DropReason) {
+        self.total += 1;
         match self.drops.iter_mut().find(|(d, _)| *d == r) {
             Some((_, n)) => *n += 1,
             None => self.drops.push((r, 1)),
         }
+    }
+
+    /// Drops, all reasons.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     /// Drops for `r`.

@@ -51,12 +51,7 @@ pub struct Stats {
 impl Stats {
     /// Total drops of input, all layers and reasons.
     pub fn input_drops(&self) -> u64 {
-        self.truncated
-            + self
-                .layers
-                .iter()
-                .flat_map(|(_, c)| c.drops.iter().map(|(_, n)| *n))
-                .sum::<u64>()
+        self.truncated + self.layers.iter().map(|(_, c)| c.total()).sum::<u64>()
     }
 
     /// Drops for `reason`, all layers.

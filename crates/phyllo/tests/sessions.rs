@@ -36,7 +36,7 @@ fn endpoint_with(
         allowed.iter().copied(),
         SessionConfig {
             accelerate: accel,
-            epoch_ns: EPOCH,
+            epoch_ns: Some(EPOCH),
             ..cfg
         },
         Box::new(|c| Connection::from_spec(SPEC, c)),

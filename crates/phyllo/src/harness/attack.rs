@@ -104,7 +104,7 @@ fn endpoint(
         allowed,
         SessionConfig {
             accelerate: cfg.accelerate,
-            epoch_ns: 1_700_000_000_000_000_000,
+            epoch_ns: Some(1_700_000_000_000_000_000),
             ..SessionConfig::default()
         },
         Box::new(move |c| Connection::from_spec(&spec, c)),

@@ -115,9 +115,14 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// Bytes of unconfirmed and waiting messages kept per peer at most.
     pub retain_limit: usize,
-    /// Wall-clock time at [`Time::ZERO`], nanoseconds since the Unix epoch: initiation
-    /// timestamps must grow across restarts, so they are wall time.
-    pub epoch_ns: u128,
+    /// Wall-clock time at [`Time::ZERO`], nanoseconds since the Unix epoch. Initiation
+    /// timestamps must grow across restarts of this end (the responder refuses one not newer
+    /// than the last it accepted from this key), so they are wall time: this plus the
+    /// endpoint's `now`. `None` (the default): the endpoint reads the system's wall clock
+    /// once, at its first initiation, and anchors it to that call's `now` — right for any
+    /// driver whose clock starts anywhere, at every start of the process. Set it only for a
+    /// simulated clock (tests).
+    pub epoch_ns: Option<u128>,
 }
 
 impl Default for SessionConfig {
@@ -136,7 +141,7 @@ impl Default for SessionConfig {
             initiations_per_source_per_sec: 20,
             max_sessions: 1 << 16,
             retain_limit: 8 << 20,
-            epoch_ns: 0,
+            epoch_ns: None,
         }
     }
 }
@@ -507,6 +512,14 @@ impl<S: LayerSet> Peer<S> {
         self.retiring.as_ref().is_none_or(|r| r.drained())
     }
 
+    /// Messages of this end's wait for the peer: unconfirmed in the current session, or
+    /// waiting for a session to take them. Silence from the peer meanwhile counts towards
+    /// [`dead_after`](SessionConfig::dead_after), and handshakes are retried without backing
+    /// off.
+    fn waiting(&self) -> bool {
+        !self.outbox.is_empty() || self.current.as_ref().is_some_and(|s| s.outstanding())
+    }
+
     fn retained(&self) -> usize {
         self.outbox_bytes
             + self.current.as_ref().map_or(0, |s| s.unconfirmed_bytes)
@@ -549,10 +562,10 @@ impl<S: LayerSet> Peer<S> {
             }
         }
         if let Some(p) = &self.pending {
-            at(Some(p.sent_at + retry_after(cfg, p.attempts)));
+            at(Some(p.sent_at + retry_after(cfg, p.attempts, self.waiting())));
         }
         if let Some(s) = &self.current {
-            if s.outstanding() && !s.dead {
+            if self.waiting() && !s.dead {
                 at(Some(s.quiet_since + cfg.dead_after));
             } else {
                 // Only when shrinking could happen then (the connection's own timers wake the
@@ -578,10 +591,15 @@ fn receiver_index(d: &[u8]) -> Result<u32, Drop> {
         .ok_or(Drop::Truncated)
 }
 
-/// How long after the `attempts`-th initiation the next goes out: the handshake timeout,
-/// doubled for each attempt up to eight times it, so an unreachable peer costs fewer and
-/// fewer initiations.
-fn retry_after(cfg: &SessionConfig, attempts: u32) -> Duration {
+/// How long after the `attempts`-th initiation the next goes out: while messages wait
+/// (`waiting`), the handshake timeout, so that they are delivered or handed back within the
+/// bound of the reliability contract; otherwise (a rekey with nothing to send, say) doubled
+/// for each attempt up to eight times it, so an unreachable peer costs fewer and fewer
+/// initiations.
+fn retry_after(cfg: &SessionConfig, attempts: u32, waiting: bool) -> Duration {
+    if waiting {
+        return cfg.handshake_timeout;
+    }
     cfg.handshake_timeout * (1 << attempts.saturating_sub(1).min(3))
 }
 
@@ -618,6 +636,11 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     sources: HashMap<std::net::IpAddr, Time>,
     /// When the full table was last swept of expired entries.
     sources_swept: Time,
+    /// Wall-clock nanoseconds at [`Time::ZERO`] ([`SessionConfig::epoch_ns`], or read at
+    /// the first initiation).
+    epoch: Option<u128>,
+    /// The last initiation timestamp sent: the next is later, whatever the wall clock does.
+    last_timestamp: u128,
     stats: SessionEndpointStats,
 }
 
@@ -633,6 +656,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         seed: [u8; 32],
     ) -> SessionEndpoint<S> {
         let public = local.public();
+        let cfg_epoch = cfg.epoch_ns;
         SessionEndpoint {
             cfg,
             responder: Responder::new(local.clone(), allowed),
@@ -651,6 +675,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
             load_tat: Time::ZERO,
             sources: HashMap::new(),
             sources_swept: Time::ZERO,
+            epoch: cfg_epoch,
+            last_timestamp: 0,
             stats: SessionEndpointStats::default(),
         }
     }
@@ -768,7 +794,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// and timestamp).
     fn initiate(&mut self, now: Time, p: PeerId) {
         let index = self.fresh_index();
-        let ts = self.cfg.epoch_ns + u128::from(now.as_nanos());
+        let ts = self.timestamp(now);
         let peer = &mut self.peers[p.0 as usize];
         let Some(addr) = peer.addr else { return };
         let (attempts, first_sent) = match peer.pending.take() {
@@ -810,6 +836,21 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.stats.initiations_sent += 1;
     }
 
+    /// The timestamp of an initiation sent at `now`: wall time, nanoseconds (see
+    /// [`SessionConfig::epoch_ns`]), and later than the last one sent.
+    fn timestamp(&mut self, now: Time) -> u128 {
+        let now_ns = u128::from(now.as_nanos());
+        let epoch = *self.epoch.get_or_insert_with(|| {
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            wall.saturating_sub(now_ns)
+        });
+        let ts = (epoch + now_ns).max(self.last_timestamp + 1);
+        self.last_timestamp = ts;
+        ts
+    }
+
     /// Queue a message for the peer.
     pub fn send(&mut self, now: Time, p: PeerId, data: &[u8]) -> Result<(), SessionSendError> {
         let cfg_limit = self.cfg.retain_limit;
@@ -841,6 +882,13 @@ impl<S: LayerSet> SessionEndpoint<S> {
                         len: data.len(),
                         max: MAX_MESSAGE,
                     }));
+                }
+                // Waiting messages count as outstanding for dead-peer detection: silence
+                // counts from now if nothing was outstanding before.
+                if !peer.waiting() {
+                    if let Some(s) = peer.current.as_mut() {
+                        s.quiet_since = now;
+                    }
                 }
                 peer.outbox.push_back(data.to_vec());
                 peer.outbox_bytes += data.len();
@@ -989,8 +1037,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 s.conn.handle_timeout(now);
             }
         }
+        let waiting = peer.waiting();
         if let Some(pd) = &peer.pending {
-            if pd.sent_at + retry_after(&cfg, pd.attempts) <= now {
+            if pd.sent_at + retry_after(&cfg, pd.attempts, waiting) <= now {
                 if pd.attempts >= cfg.handshake_attempts {
                     let pd = peer.pending.take();
                     if let Some(pd) = pd {
@@ -1016,16 +1065,17 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 s.unconfirmed.shrink_to_fit();
                 s.shrunk = true;
             }
-            if s.outstanding() && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
+            let waiting = !peer.outbox.is_empty() || s.outstanding();
+            if waiting && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
                 s.dead = true;
                 if peer.dialer {
-                    if peer.pending.is_none() {
-                        self.initiate(now, p);
-                    }
+                    // A new handshake at once, naming no session (the peer may have
+                    // restarted): a rekey under way named this one, and backed off.
+                    self.initiate(now, p);
                 } else {
                     self.end_current(p, EndReason::PeerDead);
                 }
-            } else if !s.outstanding()
+            } else if !waiting
                 && cfg
                     .idle_timeout
                     .is_some_and(|idle| now.since(s.last_active) >= idle_limit(idle, peer.dialer))
@@ -1188,24 +1238,28 @@ impl<S: LayerSet> SessionEndpoint<S> {
             .sessions_mut()
             .find(|s| s.local == index)
             .ok_or(Drop::UnknownIndex)?;
-        let before = s.conn.refusals();
-        s.conn.handle_datagram(now, &d[DATA_HEADER..]);
-        if s.conn.refusals() != before {
-            // Nothing is learnt from it. The connection may still have moved (a datagram
-            // refused after it authenticated: a packed body whose lengths lie), so its
-            // timers are looked at again.
-            self.touch(now, p);
-            return Err(Drop::Refused);
+        let received = s.conn.handle_datagram(now, &d[DATA_HEADER..]);
+        if received.is_fresh() {
+            // Authenticated and new (a nonce the session had not seen): the peer is alive,
+            // and may have moved. A copy replayed from another address carries a nonce seen
+            // already, so it never gets here; the genuine peer's next datagram (a
+            // retransmission too, which the window then refuses as a duplicate) wins its
+            // address back.
+            s.quiet_since = now;
+            s.last_rx = now;
+            s.last_active = now;
+            s.shrunk = false;
+            s.dead = false;
+            peer.addr = Some(from);
         }
-        s.quiet_since = now;
-        s.last_rx = now;
-        s.last_active = now;
-        s.shrunk = false;
-        s.dead = false;
-        // Authenticated: the peer may have moved.
-        peer.addr = Some(from);
+        // The connection may have moved even for a refused datagram (one refused after it
+        // authenticated), so its timers are looked at again.
         self.touch(now, p);
-        Ok(Input::Data(p))
+        if received.is_accepted() {
+            Ok(Input::Data(p))
+        } else {
+            Err(Drop::Refused)
+        }
     }
 
     fn build(&mut self, keys: &SessionKeys) -> Option<Connection<S>> {
@@ -1326,6 +1380,13 @@ impl<S: LayerSet> SessionEndpoint<S> {
                     self.end_current(p, EndReason::KeyLimit);
                 }
             }
+        }
+        // Messages wait and no session will take them (it ended at the key-usage limit, say):
+        // this end starts the handshake they wait for.
+        let peer = &self.peers[p.0 as usize];
+        if peer.dialer && peer.current.is_none() && peer.pending.is_none() && !peer.outbox.is_empty()
+        {
+            self.initiate(now, p);
         }
         // Rekey: the initiator starts a new handshake once the session has carried
         // `rekey_after` datagrams; the old one keeps going until the new one is up.
