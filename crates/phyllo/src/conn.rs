@@ -388,7 +388,10 @@ impl<S: LayerSet> Connection<S> {
         let s = self.core.stats();
         let (admit, after) = self.pa.as_ref().map_or((0, 0), |pa| {
             let a = pa.stats();
-            (a.unknown_cookie + a.unknown_conn + a.truncated, a.bad_packing)
+            (
+                a.unknown_cookie + a.unknown_conn + a.truncated,
+                a.bad_packing,
+            )
         });
         let k = self.keyed.unwrap_or(0);
         let above: u64 = s.layers[..k].iter().map(|(_, c)| c.total()).sum();

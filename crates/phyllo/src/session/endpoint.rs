@@ -17,9 +17,9 @@
 //!
 //! A datagram changes nothing unless it authenticates: an initiation must pass mac1, the
 //! Noise handshake, the allowed-peer list and the replay rule before any state exists for it;
-//! a response must complete the pending initiation it names; data must be accepted by its
-//! session's connection (for a sealed stack: authenticated) before the session's liveness or
-//! the peer's address is updated. Everything else is a counted [`Drop`]. State before
+//! a response must complete the pending initiation it names; data must be authenticated as
+//! new by its session's connection ([`Received::is_fresh`]: for a sealed stack, `seal` passed
+//! it) before the session's liveness or the peer's address is updated. Everything else is a counted [`Drop`]. State before
 //! authentication is none at all: a responder keeps nothing per initiation it has not
 //! accepted; under load (more than [`SessionConfig::handshakes_per_sec`] Diffie-Hellman
 //! operations in the last second) it asks for a cookie ([`super::mac`]) before doing any.
@@ -41,6 +41,20 @@
 //! The copies kept for this are bounded by [`retain_limit`](SessionConfig::retain_limit):
 //! beyond it `send` says `WouldBlock` until the session confirms.
 //!
+//! **The bound.** Whatever the rekey, restart and loss timing, no message `send` accepted
+//! waits longer than [`delivery_bound`](SessionConfig::delivery_bound) without the endpoint
+//! delivering or handing back one of this end's messages to that peer (a queue may be long —
+//! low rekey limits make many handshakes — but it never stands still), and each is delivered
+//! or handed back in the end. Messages waiting for a session (a rekey under way, a session at
+//! its key-usage limit) count as outstanding, so a silent peer is found dead after
+//! `dead_after`; this end starts the handshake waiting messages need by itself; while
+//! messages wait, handshakes are retried without backing off (after four times the last
+//! handshake's round trip, at most `handshake_timeout`); and a handshake that fails
+//! `handshake_attempts` times hands everything back. While the peer is heard from, its
+//! session is alive and the stack's own retransmissions carry the messages. (A path that
+//! fails in one direction only, while the peer keeps sending, keeps the session alive: the
+//! bound counts from silence, not from acknowledgement progress.)
+//!
 //! A restarted peer is detected within a bound. A restarted initiator sends a new initiation
 //! (newer timestamp) that names no session to replace: the responder ends the old session at
 //! once, reporting what it held — one round trip after the restart. (A rekey's initiation
@@ -48,8 +62,13 @@
 //! [`retire_after`](SessionConfig::retire_after) to confirm what it holds.) A restarted
 //! responder no longer knows the session: the initiator, hearing nothing for `dead_after`
 //! while data is outstanding, handshakes again and ends the dead session when the new one is
-//! up — within `dead_after` plus one handshake (retried after
-//! [`handshake_timeout`](SessionConfig::handshake_timeout), then backing off).
+//! up — within `dead_after` plus one handshake (retried at most every
+//! [`handshake_timeout`](SessionConfig::handshake_timeout) while messages wait; backing off
+//! otherwise).
+//!
+//! A peer's address is the one its last authenticated, *new* datagram came from (a nonce its
+//! session had not seen, as WireGuard follows its peers): a copy of a datagram replayed from
+//! elsewhere, even ahead of the original, moves it at most until the peer's next datagram.
 //!
 //! # Key usage limits
 //!
@@ -63,6 +82,8 @@
 
 use super::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
 use super::{HandshakeError, Initiation, PublicKey, Responder, SessionKeys, StaticKey};
+#[cfg(doc)]
+use crate::conn::Received;
 use crate::conn::{BuildError, Config, Connection, SendError, Stats, MAX_MESSAGE};
 use crate::layer::Role;
 use crate::stack::{DynStack, LayerSet};
@@ -123,6 +144,20 @@ pub struct SessionConfig {
     /// driver whose clock starts anywhere, at every start of the process. Set it only for a
     /// simulated clock (tests).
     pub epoch_ns: Option<u128>,
+}
+
+impl SessionConfig {
+    /// The reliability contract's bound: a message [`send`](SessionEndpoint::send) accepted
+    /// never waits this long without the endpoint making progress for its peer (a message
+    /// of this end's delivered to the peer's application or handed back in
+    /// [`Event::Ended`]): a silent peer is found dead after `dead_after`, then
+    /// `handshake_attempts` initiations go out at most one `handshake_timeout` apart (no
+    /// back-off while messages wait) before everything is handed back; a retiring session
+    /// hands back what it holds after `retire_after` if that is longer.
+    pub fn delivery_bound(&self) -> Duration {
+        let handshakes = self.handshake_timeout * self.handshake_attempts;
+        (self.dead_after + handshakes).max(self.retire_after)
+    }
 }
 
 impl Default for SessionConfig {
@@ -436,10 +471,13 @@ impl<S: LayerSet> Session<S> {
     }
 
     /// Whether new messages may go into this session: below the key-usage limit, and, where
-    /// this end rekeys, below the rekey point (later ones wait for the new session).
+    /// this end rekeys, below the rekey point (later ones wait for the new session). The
+    /// messages it holds unconfirmed count as datagrams still to send (at most one each), so
+    /// a session never takes more than its key may still carry.
     fn takes_more(&self, rekey_after: u64, reject_after: u64, dialer: bool) -> bool {
-        self.conn.stats().datagrams_out < reject_after
-            && (!dialer || self.datagrams() < rekey_after)
+        let held = self.unconfirmed.len() as u64;
+        self.conn.stats().datagrams_out + held < reject_after
+            && (!dialer || self.datagrams() + held < rekey_after)
     }
 
     fn datagrams(&self) -> u64 {
@@ -502,6 +540,9 @@ struct Peer<S: LayerSet> {
     cookie: Option<([u8; MAC_LEN], Time)>,
     scheduled: Option<Time>,
     tx_flagged: bool,
+    /// The round trip of the last handshake this end began (its last initiation to the
+    /// response), which paces retries while messages wait.
+    handshake_rtt: Option<Duration>,
     stats: PeerStats,
 }
 
@@ -562,7 +603,8 @@ impl<S: LayerSet> Peer<S> {
             }
         }
         if let Some(p) = &self.pending {
-            at(Some(p.sent_at + retry_after(cfg, p.attempts, self.waiting())));
+            let wait = retry_after(cfg, p.attempts, self.waiting(), self.handshake_rtt);
+            at(Some(p.sent_at + wait));
         }
         if let Some(s) = &self.current {
             if self.waiting() && !s.dead {
@@ -591,17 +633,27 @@ fn receiver_index(d: &[u8]) -> Result<u32, Drop> {
         .ok_or(Drop::Truncated)
 }
 
-/// How long after the `attempts`-th initiation the next goes out: while messages wait
-/// (`waiting`), the handshake timeout, so that they are delivered or handed back within the
-/// bound of the reliability contract; otherwise (a rekey with nothing to send, say) doubled
-/// for each attempt up to eight times it, so an unreachable peer costs fewer and fewer
-/// initiations.
-fn retry_after(cfg: &SessionConfig, attempts: u32, waiting: bool) -> Duration {
+/// How long after the `attempts`-th initiation the next goes out. While messages wait
+/// (`waiting`): four times the last handshake's round trip (`rtt`, at least 10 ms), at most
+/// the handshake timeout, so that a lost initiation or response costs a few round trips and
+/// not a second, and the contract's bound holds. Otherwise (a rekey with nothing to send,
+/// say): the handshake timeout, doubled for each attempt up to eight times it, so an
+/// unreachable peer costs fewer and fewer initiations.
+fn retry_after(
+    cfg: &SessionConfig,
+    attempts: u32,
+    waiting: bool,
+    rtt: Option<Duration>,
+) -> Duration {
     if waiting {
-        return cfg.handshake_timeout;
+        let quick = rtt.map_or(cfg.handshake_timeout, |r| (r * 4).max(MIN_RETRY));
+        return quick.min(cfg.handshake_timeout);
     }
     cfg.handshake_timeout * (1 << attempts.saturating_sub(1).min(3))
 }
+
+/// The shortest handshake retry (see [`retry_after`]).
+const MIN_RETRY: Duration = Duration::from_millis(10);
 
 /// How long a session may be idle at this end: the initiator gives up first (at two thirds),
 /// so it never sends into a session its peer has already dropped for idleness — its next
@@ -775,6 +827,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             cookie: None,
             scheduled: None,
             tx_flagged: false,
+            handshake_rtt: None,
             stats: PeerStats::default(),
         });
         self.by_key.insert(key, p);
@@ -1037,9 +1090,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 s.conn.handle_timeout(now);
             }
         }
-        let waiting = peer.waiting();
+        let (waiting, rtt) = (peer.waiting(), peer.handshake_rtt);
         if let Some(pd) = &peer.pending {
-            if pd.sent_at + retry_after(&cfg, pd.attempts, waiting) <= now {
+            if pd.sent_at + retry_after(&cfg, pd.attempts, waiting, rtt) <= now {
                 if pd.attempts >= cfg.handshake_attempts {
                     let pd = peer.pending.take();
                     if let Some(pd) = pd {
@@ -1201,6 +1254,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         };
         let keys = pd.init.finish(d).map_err(|e| Drop::of(&e))?;
         let first = pd.first_sent;
+        peer.handshake_rtt = Some(now.since(pd.sent_at));
         peer.pending = None;
         peer.stats.handshake_time = Some(now.since(first));
         let conn = self.build(&keys).ok_or(Drop::Malformed)?;
@@ -1281,7 +1335,25 @@ impl<S: LayerSet> SessionEndpoint<S> {
         from: SocketAddr,
     ) {
         let retire_after = self.cfg.retire_after;
-        if self.peers[p.0 as usize].retiring.is_some() {
+        let peer = &self.peers[p.0 as usize];
+        // A rekey retried after its response was lost names the session the initiator still
+        // uses — already retiring here, replaced by the first attempt's session, which the
+        // initiator never learnt of. That one ends (handing back what this end sent on it);
+        // the one the initiator uses keeps retiring.
+        let retried = keys.role == Role::Responder
+            && keys.replaces.is_some()
+            && peer
+                .retiring
+                .as_ref()
+                .is_some_and(|r| Some(r.session.local) == keys.replaces);
+        if retried {
+            if let Some(mut abandoned) = self.peers[p.0 as usize].current.take() {
+                self.unregister(&mut abandoned, p);
+                if !abandoned.unconfirmed.is_empty() {
+                    self.report(p, EndReason::Superseded, abandoned.unconfirmed.into());
+                }
+            }
+        } else if self.peers[p.0 as usize].retiring.is_some() {
             self.end_retiring(p);
         }
         let peer = &mut self.peers[p.0 as usize];
@@ -1384,7 +1456,10 @@ impl<S: LayerSet> SessionEndpoint<S> {
         // Messages wait and no session will take them (it ended at the key-usage limit, say):
         // this end starts the handshake they wait for.
         let peer = &self.peers[p.0 as usize];
-        if peer.dialer && peer.current.is_none() && peer.pending.is_none() && !peer.outbox.is_empty()
+        if peer.dialer
+            && peer.current.is_none()
+            && peer.pending.is_none()
+            && !peer.outbox.is_empty()
         {
             self.initiate(now, p);
         }
