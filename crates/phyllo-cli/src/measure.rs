@@ -3,11 +3,12 @@
 //! loopback (two threads, each end its own socket and connection).
 
 use anyhow::{anyhow, bail, Context, Result};
+use phyllo::conn::BuildError;
 use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::MemLink;
 use phyllo::LayerSet;
-use phyllo::{Config, Connection, Msg, Role, Stats};
+use phyllo::{Config, Connection, Msg, Stats};
 use phyllo_udp::driver::UdpDriver;
 use phyllo_udp::rawudp::Summary;
 use phyllo_udp::udp::UdpLink;
@@ -68,45 +69,23 @@ impl StreamRun {
     }
 }
 
-/// A connection configuration for `role`, accelerated or not. Measurements measure the
-/// protocol: the fast path's check against the layered path (on in debug builds) is off.
-pub fn config(role: Role, accel: bool) -> Config {
-    let mut c = if accel {
-        Config::accelerated(role)
-    } else {
-        Config::new(role)
-    };
-    c.verify_fast_path = false;
-    c.with_psk(process_key())
-}
-
-/// A key drawn once per process and shared by every connection it measures: both ends of
-/// every measured pair live here.
-pub fn process_key() -> [u8; 32] {
-    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    *KEY.get_or_init(|| {
-        Config::pair(false)
-            .ok()
-            .and_then(|(a, _)| a.psk)
-            .unwrap_or_else(|| {
-                // Without a random source, a key from the time and the process: the
-                // measurements only need both ends to agree.
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let mut k = [0u8; 32];
-                k[..16].copy_from_slice(&t.to_le_bytes());
-                k[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-                k
-            })
-    })
+/// Both ends' configurations (initiator, responder), accelerated or not, keyed by
+/// [`Config::pair`]: fresh keys for every measured pair, each configuration for one
+/// connection. Measurements measure the protocol: the fast path's check against the layered
+/// path (on in debug builds) is off.
+pub fn configs(accel: bool) -> Result<(Config, Config), BuildError> {
+    let (mut a, mut b) = Config::pair(accel)?;
+    a.verify_fast_path = false;
+    b.verify_fast_path = false;
+    Ok((a, b))
 }
 
 /// A pair over a perfect in-memory link.
 pub fn mem_pair(spec: &str, accel: bool) -> Result<Pair> {
+    let (ca, cb) = configs(accel)?;
     Ok(Pair::new(
-        Connection::from_spec(spec, config(Role::Initiator, accel))?,
-        Connection::from_spec(spec, config(Role::Responder, accel))?,
+        Connection::from_spec(spec, ca)?,
+        Connection::from_spec(spec, cb)?,
         MemLink::perfect(),
     ))
 }
@@ -173,14 +152,15 @@ fn udp_pair(spec: &str, accel: bool, big_buffers: bool) -> Result<(UdpDriver, Ud
         lb.set_recv_buffer_size(4 << 20).ok();
     }
     let epoch = Instant::now();
-    let end = |role, link| -> Result<UdpDriver> {
+    let (ca, cb) = configs(accel)?;
+    let end = |cfg, link| -> Result<UdpDriver> {
         Ok(UdpDriver::new(
-            Connection::from_spec(spec, config(role, accel))?,
+            Connection::from_spec(spec, cfg)?,
             link,
             epoch,
         ))
     };
-    Ok((end(Role::Initiator, la)?, end(Role::Responder, lb)?))
+    Ok((end(ca, la)?, end(cb, lb)?))
 }
 
 /// Ping-pong over UDP loopback; both ends busy-poll (or block in the kernel).
@@ -476,7 +456,7 @@ pub type Static4 = (Frag, (Window, (Checksum, (Seal, ()))));
 
 /// A pair of static 4-layer stacks over a perfect in-memory link.
 pub fn static4_pair() -> Result<Pair<Static4>> {
-    let mk = |role| {
+    let mk = |cfg| {
         Connection::new(
             phyllo::stack!(
                 Frag::new(1400),
@@ -484,14 +464,11 @@ pub fn static4_pair() -> Result<Pair<Static4>> {
                 Checksum::new(),
                 Seal::new()
             ),
-            Config::new(role).with_psk(process_key()),
+            cfg,
         )
     };
-    Ok(Pair::new(
-        mk(Role::Initiator)?,
-        mk(Role::Responder)?,
-        MemLink::perfect(),
-    ))
+    let (ca, cb) = configs(false)?;
+    Ok(Pair::new(mk(ca)?, mk(cb)?, MemLink::perfect()))
 }
 
 /// Critical-path costs per message over the in-memory link, in nanoseconds (medians):

@@ -6,7 +6,7 @@
 //! and PIN's code, their function layouts being a matter of placement: the report simulates
 //! them on the trace, and a binary relinked with a symbol order runs them for real.
 
-use crate::measure::{config, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
+use crate::measure::{configs, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use phyllo::conn::BuildError;
@@ -14,7 +14,7 @@ use phyllo::harness::Pair;
 use phyllo::link::memlink::MemLink;
 use phyllo::paths::classify::{flow_fields, Classifier, Route};
 use phyllo::paths::{with_stack, OnStack, StackKind, Version};
-use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo::{Config, Connection, LayerSet};
 use phyllo_analyze::capture::Workload;
 use std::path::Path;
 
@@ -61,15 +61,13 @@ pub fn workload(
     }
 }
 
-/// Both ends built by `make` (this process's configuration, no accelerator): initiator,
-/// responder.
+/// Both ends built by `make` from a measured pair's configurations ([`configs`], no
+/// accelerator): initiator, responder.
 pub fn ends<S: LayerSet, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
     make: &mut M,
 ) -> Result<(Connection<S>, Connection<S>), BuildError> {
-    Ok((
-        make(config(Role::Initiator, false))?,
-        make(config(Role::Responder, false))?,
-    ))
+    let (a, b) = configs(false)?;
+    Ok((make(a)?, make(b)?))
 }
 
 impl From<StackArg> for StackKind {

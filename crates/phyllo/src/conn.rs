@@ -16,7 +16,7 @@
 //! [`post_process`](Connection::post_process) only lets an idle application run the
 //! accelerator's deferred work earlier than its deadline.
 //!
-//! The connection is two parts: the layered [`core`](crate::layered) (the stack, its timers and
+//! The connection is two parts: the layered core (`layered`: the stack, its timers and
 //! queues; it stands on its own and is all a plain connection is), and, when
 //! [`Config::accelerate`] is set, the [`accel`](crate::accel)erator wrapped around it, which
 //! owns its own state and calls the core through a narrow interface.
@@ -30,23 +30,37 @@ use crate::layout::{FieldRegistry, Layout, LayoutError};
 use crate::msg::{Msg, Pool};
 use crate::stack::{build_dyn, DynStack, LayerSet, SpecError};
 use crate::time::{earliest, Time};
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 /// The default largest application message, bytes.
 pub const MAX_MESSAGE: usize = 1 << 20;
 
 /// Configuration of a connection.
+///
+/// **Keys.** A stack with `seal` needs keys, and they come only from a session's Noise IK
+/// handshake ([`crate::session`]; [`Config::with_session`]), or, for two ends in one process
+/// (tests, benchmarks, experiments), from [`Config::pair`], which runs that handshake in
+/// memory. There is no built-in key and no pre-shared key: a [`Connection`] has no handshake
+/// of its own, and its nonces start at zero, so any fixed key shared by several connections
+/// (a restarted process, the next connection an endpoint accepts) would encrypt different
+/// messages under the same (key, nonce) pair, and a fresh connection would accept a datagram
+/// recorded from an earlier one. No derivation from a fixed key avoids that unless both ends
+/// contribute fresh randomness — which is a handshake, which is what sessions are (a static
+/// key pair is as easy to distribute as a pre-shared key).
+///
+/// The keys are a one-shot grant ([`KeyGrant`]): a `Config` is `Clone`, and every clone
+/// shares the grant, so only the first connection built from any of them gets the keys; a
+/// second fails with [`BuildError::KeysUsed`]. Within a connection, every layer gets keys of
+/// its own, derived from the session's ([`InitCx::session`]).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// This end's role.
     pub role: Role,
-    /// Pre-shared key for `seal` (both ends must agree), when no session keys are given.
-    /// None by default: a stack with `seal` needs [`Config::with_session`] or
-    /// [`Config::with_psk`] (or [`Config::pair`] for two ends in one process).
-    pub psk: Option<[u8; 32]>,
-    /// Keys of a session from a handshake ([`crate::session`]): `seal` uses them, and every
-    /// session has its own ([`Config::with_session`]).
-    pub session: Option<DirectionKeys>,
+    /// Keys of a session from a handshake ([`crate::session`]), for one connection: set by
+    /// [`Config::with_session`] or [`Config::pair`]. `None` by default (a stack with `seal`
+    /// then refuses to build: [`BuildError::NoKeys`]).
+    pub session: Option<KeyGrant>,
     /// Largest application message accepted by [`Connection::send`].
     pub max_message: usize,
     /// Largest number of datagrams or deliveries waiting to be polled; beyond it the oldest
@@ -69,13 +83,46 @@ pub struct Config {
     pub verify_fast_path: bool,
 }
 
+/// A session's keys as a one-shot grant: the first connection built from a [`Config`]
+/// holding it takes them ([`Connection::new`]); clones of the `Config` share the grant, so
+/// no two connections are ever keyed by the same keys (their nonces both start at zero). Only
+/// [`Config::with_session`] and [`Config::pair`] make one.
+#[derive(Clone)]
+pub struct KeyGrant(Arc<Mutex<Option<DirectionKeys>>>);
+
+impl KeyGrant {
+    fn new(keys: DirectionKeys) -> KeyGrant {
+        KeyGrant(Arc::new(Mutex::new(Some(keys))))
+    }
+
+    /// The keys, unless a connection took them already (then never again).
+    fn take(&self) -> Option<DirectionKeys> {
+        // A panic while the lock was held cannot leave the `Option` half-written.
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Whether a connection took the keys already.
+    pub fn is_used(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+}
+
+impl std::fmt::Debug for KeyGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_used() {
+            "KeyGrant(<used>)"
+        } else {
+            "KeyGrant(<hidden>)"
+        })
+    }
+}
+
 impl Config {
     /// Defaults for `role`: no keys (a stack with `seal` needs [`Config::with_session`] or
-    /// [`Config::with_psk`]), messages up to [`MAX_MESSAGE`].
+    /// [`Config::pair`]), messages up to [`MAX_MESSAGE`].
     pub fn new(role: Role) -> Config {
         Config {
             role,
-            psk: None,
             session: None,
             max_message: MAX_MESSAGE,
             max_queue: 4096,
@@ -95,29 +142,37 @@ impl Config {
         }
     }
 
-    /// The same keyed by the session `keys` (its role too).
-    pub fn with_session(mut self, keys: &crate::session::SessionKeys) -> Config {
+    /// The same keyed by the session `keys` (its role too), for one connection: they are
+    /// consumed, and the first connection built from this configuration or a clone of it
+    /// takes them ([`KeyGrant`]).
+    pub fn with_session(mut self, keys: crate::session::SessionKeys) -> Config {
         self.role = keys.role;
-        self.session = Some(keys.keys.clone());
-        self
-    }
-
-    /// The same with a pre-shared key.
-    pub fn with_psk(mut self, psk: [u8; 32]) -> Config {
-        self.psk = Some(psk);
+        self.session = Some(KeyGrant::new(keys.keys));
         self
     }
 
     /// Two ends in one process (tests, benchmarks, experiments): an initiator and a
-    /// responder, accelerated or not, sharing a fresh random pre-shared key.
+    /// responder, accelerated or not, keyed by a Noise IK handshake run in memory between two
+    /// freshly generated static keys. Every call gives fresh keys; each configuration keys
+    /// one connection.
     pub fn pair(accelerate: bool) -> Result<(Config, Config), BuildError> {
-        let mut psk = [0u8; 32];
-        getrandom::fill(&mut psk).map_err(|e| BuildError::Random(e.to_string()))?;
-        let mk = |role| Config {
-            accelerate,
-            ..Config::new(role).with_psk(psk)
+        use crate::session::{Initiation, Responder, StaticKey};
+        let random = |e: crate::session::HandshakeError| BuildError::Random(e.to_string());
+        let initiator = StaticKey::generate().map_err(random)?;
+        let responder = StaticKey::generate().map_err(random)?;
+        let mut r = Responder::new(responder.clone(), [initiator.public()]);
+        // Indices and timestamp only matter to a session endpoint: any will do here.
+        let (mut init, m1) = Initiation::start(&initiator, responder.public(), 1, 1)?;
+        let (kr, m2) = r.respond(&m1, 2)?;
+        let ki = init.finish(&m2)?;
+        let mk = |keys| {
+            Config {
+                accelerate,
+                ..Config::new(Role::Initiator)
+            }
+            .with_session(keys)
         };
-        Ok((mk(Role::Initiator), mk(Role::Responder)))
+        Ok((mk(ki), mk(kr)))
     }
 }
 
@@ -134,8 +189,20 @@ pub enum BuildError {
     #[error("packet filter: {0}")]
     Filter(#[from] crate::filter::VerifyError),
     /// A layer needs keys and the configuration has none.
-    #[error("layer `{0}` needs keys: Config::with_session (from a handshake) or Config::with_psk")]
+    #[error(
+        "layer `{0}` needs keys: Config::with_session (from a session's handshake), or \
+         Config::pair for two ends in one process"
+    )]
     NoKeys(&'static str),
+    /// The configuration's keys were taken by a connection built before from it or from a
+    /// clone of it ([`KeyGrant`]).
+    #[error(
+        "these session keys already keyed a connection: every connection needs keys of its own"
+    )]
+    KeysUsed,
+    /// The in-memory handshake of [`Config::pair`] failed.
+    #[error("handshake: {0}")]
+    Handshake(#[from] crate::session::HandshakeError),
     /// The system's random source failed.
     #[error("no randomness: {0}")]
     Random(String),
@@ -213,17 +280,27 @@ impl Connection<DynStack> {
 
 impl<S: LayerSet> Connection<S> {
     /// A connection over `layers`: with the accelerator, its compact layout; without, the
-    /// traditional per-layer 4-byte-aligned one.
+    /// traditional per-layer 4-byte-aligned one. It takes the keys of `cfg` (whatever the
+    /// stack, and even when building fails afterwards): another connection built from `cfg`
+    /// or a clone of it fails with [`BuildError::KeysUsed`]. A stack with a layer that needs
+    /// keys ([`Layer::needs_keys`](crate::Layer::needs_keys)) fails without them
+    /// ([`BuildError::NoKeys`]).
     pub fn new(layers: S, cfg: Config) -> Result<Connection<S>, BuildError> {
-        if cfg.session.is_none() && cfg.psk.is_none() {
+        // The grant's keys are this connection's alone, whatever the stack: a configuration
+        // keys one connection.
+        let session = match &cfg.session {
+            Some(grant) => Some(grant.take().ok_or(BuildError::KeysUsed)?),
+            None => None,
+        };
+        if session.is_none() {
             if let Some(i) = (0..layers.count()).find(|&i| layers.needs_keys_at(i)) {
                 return Err(BuildError::NoKeys(layers.name_at(i)));
             }
         }
+        // The session's keys: the core gives every layer its own, derived from them.
         let icx = InitCx {
             role: cfg.role,
-            psk: cfg.psk,
-            session: cfg.session.clone(),
+            session,
             max_message: cfg.max_message,
         };
         let mut reg = FieldRegistry::new();

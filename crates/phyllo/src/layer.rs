@@ -35,22 +35,65 @@ pub enum Role {
 pub struct InitCx {
     /// This end's role.
     pub role: Role,
-    /// Pre-shared key for layers that need one (`seal`), when no session keys are given.
-    pub psk: Option<[u8; 32]>,
-    /// The session's keys from a handshake ([`crate::session`]); `seal` uses them instead
-    /// of keys derived from `psk`.
+    /// This layer's keys, from the session's handshake ([`crate::session`]): the connection
+    /// derives its own pair for every layer of the stack ([`DirectionKeys`]), so two layers
+    /// that encrypt never share a key. `None` when the connection has no keys.
     pub session: Option<DirectionKeys>,
     /// Largest application message the connection accepts.
     pub max_message: usize,
 }
 
-/// A session's two keys, one per direction.
+/// Two keys, one per direction: a session's from its handshake, or one layer's, derived from
+/// them. Only the crate makes them (a handshake, [`crate::Config::pair`]); a layer of your
+/// own reads its pair in [`Layer::init`] ([`InitCx::session`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct DirectionKeys {
+    initiator_to_responder: [u8; 32],
+    responder_to_initiator: [u8; 32],
+}
+
+impl DirectionKeys {
+    /// Keys from their bytes (a handshake's split).
+    pub(crate) fn new(
+        initiator_to_responder: [u8; 32],
+        responder_to_initiator: [u8; 32],
+    ) -> DirectionKeys {
+        DirectionKeys {
+            initiator_to_responder,
+            responder_to_initiator,
+        }
+    }
+
     /// Key of the initiator-to-responder direction.
-    pub initiator_to_responder: [u8; 32],
+    pub fn initiator_to_responder(&self) -> &[u8; 32] {
+        &self.initiator_to_responder
+    }
+
     /// Key of the responder-to-initiator direction.
-    pub responder_to_initiator: [u8; 32],
+    pub fn responder_to_initiator(&self) -> &[u8; 32] {
+        &self.responder_to_initiator
+    }
+
+    /// The keys of layer `index` of a stack keyed by these (both ends derive the same): each
+    /// direction's key is HKDF-SHA256 of this one (no salt), info `"phyllo layer key"`
+    /// followed by the index as 8 bytes little-endian.
+    pub(crate) fn for_layer(&self, index: usize) -> DirectionKeys {
+        use hkdf::Hkdf;
+        use sha2::Sha256;
+        let mut info = [0u8; 16 + 8];
+        info[..16].copy_from_slice(b"phyllo layer key");
+        info[16..].copy_from_slice(&(index as u64).to_le_bytes());
+        let derive = |key: &[u8; 32]| {
+            let mut out = [0u8; 32];
+            // 32 bytes are always within HKDF-SHA256's limit of 255 * 32.
+            let _ = Hkdf::<Sha256>::new(None, key).expand(&info, &mut out);
+            out
+        };
+        DirectionKeys {
+            initiator_to_responder: derive(&self.initiator_to_responder),
+            responder_to_initiator: derive(&self.responder_to_initiator),
+        }
+    }
 }
 
 impl std::fmt::Debug for DirectionKeys {
@@ -576,8 +619,8 @@ pub trait Layer: Send {
         false
     }
 
-    /// Whether the layer needs keys ([`InitCx::session`] or [`InitCx::psk`]); a connection
-    /// with neither refuses to build ([`crate::conn::BuildError::NoKeys`]).
+    /// Whether the layer needs keys ([`InitCx::session`]); a connection without them refuses
+    /// to build ([`crate::conn::BuildError::NoKeys`]).
     fn needs_keys(&self) -> bool {
         false
     }
@@ -650,5 +693,33 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn wants_copy(&self) -> bool {
         (**self).wants_copy()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DirectionKeys;
+
+    #[test]
+    fn every_layer_index_derives_keys_of_its_own() {
+        let k = DirectionKeys::new([1; 32], [2; 32]);
+        let layers: Vec<DirectionKeys> = (0..8).map(|i| k.for_layer(i)).collect();
+        for (i, a) in layers.iter().enumerate() {
+            // The same for both ends (a function of the keys and the index alone).
+            assert!(*a == k.for_layer(i));
+            assert_ne!(a.initiator_to_responder(), a.responder_to_initiator());
+            assert_ne!(a.initiator_to_responder(), k.initiator_to_responder());
+            assert_ne!(a.responder_to_initiator(), k.responder_to_initiator());
+            for b in &layers[i + 1..] {
+                assert_ne!(a.initiator_to_responder(), b.initiator_to_responder());
+                assert_ne!(a.responder_to_initiator(), b.responder_to_initiator());
+            }
+        }
+        // Other session keys, other layer keys.
+        let other = DirectionKeys::new([3; 32], [2; 32]).for_layer(0);
+        assert_ne!(
+            other.initiator_to_responder(),
+            layers[0].initiator_to_responder()
+        );
     }
 }

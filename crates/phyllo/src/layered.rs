@@ -114,7 +114,9 @@ pub(crate) struct Core<S: LayerSet> {
 
 impl<S: LayerSet> Core<S> {
     /// Initialise every layer (seed 004's `add_field` calls go to `reg`), then let `layout`
-    /// turn the registry into the layout in force.
+    /// turn the registry into the layout in force. `icx` carries the session's keys; each
+    /// layer gets its own, derived from them for its index ([`crate::layer::DirectionKeys::for_layer`]), so
+    /// two layers that encrypt (`seal:seal`) never share a key or a nonce sequence.
     pub(crate) fn new<E>(
         mut layers: S,
         icx: &InitCx,
@@ -125,7 +127,12 @@ impl<S: LayerSet> Core<S> {
         let n = layers.count();
         for i in 0..n {
             reg.set_layer(i);
-            layers.init_at(i, reg, icx);
+            let cx = InitCx {
+                role: icx.role,
+                session: icx.session.as_ref().map(|k| k.for_layer(i)),
+                max_message: icx.max_message,
+            };
+            layers.init_at(i, reg, &cx);
         }
         let layout = layout(reg, n)?;
         let stats = Stats {

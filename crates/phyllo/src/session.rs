@@ -211,10 +211,13 @@ fn x25519_public(private: &[u8; 32]) -> Result<[u8; 32], HandshakeError> {
 }
 
 /// A session's keys, one per direction, and who the peer is.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Not `Clone`: the keys key one connection ([`crate::Config::with_session`] takes them), and
+/// a second connection under them would repeat its (key, nonce) pairs.
+#[derive(PartialEq, Eq)]
 pub struct SessionKeys {
     /// The two keys, one per direction (what `seal` takes: [`crate::Config::with_session`]).
-    pub keys: DirectionKeys,
+    pub(crate) keys: DirectionKeys,
     /// This end's role in the handshake (the connection's role).
     pub role: Role,
     /// The peer's static public key.
@@ -227,6 +230,14 @@ pub struct SessionKeys {
     /// replaces (a rekey), authenticated; `None` from an initiator with no session to replace
     /// (a first contact, or a restarted process). Always `None` at the initiator.
     pub replaces: Option<u32>,
+}
+
+impl SessionKeys {
+    /// The two keys, one per direction (to read; only [`crate::Config::with_session`] turns
+    /// them into a connection's).
+    pub fn keys(&self) -> &DirectionKeys {
+        &self.keys
+    }
 }
 
 impl fmt::Debug for SessionKeys {
@@ -329,10 +340,7 @@ impl Initiation {
             .map_err(|_| HandshakeError::Malformed)?;
         let (i2r, r2i) = self.hs.dangerously_get_raw_split();
         Ok(SessionKeys {
-            keys: DirectionKeys {
-                initiator_to_responder: i2r,
-                responder_to_initiator: r2i,
-            },
+            keys: DirectionKeys::new(i2r, r2i),
             role: Role::Initiator,
             peer: self.peer,
             local_index: self.index,
@@ -423,10 +431,7 @@ impl Responder {
         let (i2r, r2i) = hs.dangerously_get_raw_split();
         self.peers.insert(peer, Some(ts));
         let keys = SessionKeys {
-            keys: DirectionKeys {
-                initiator_to_responder: i2r,
-                responder_to_initiator: r2i,
-            },
+            keys: DirectionKeys::new(i2r, r2i),
             role: Role::Responder,
             peer,
             local_index: index,
@@ -459,16 +464,16 @@ mod tests {
         let (kb, m2) = r.respond(&m1, 9).unwrap();
         let ka = i.finish(&m2).unwrap();
         assert_eq!(
-            ka.keys.initiator_to_responder,
-            kb.keys.initiator_to_responder
+            ka.keys.initiator_to_responder(),
+            kb.keys.initiator_to_responder()
         );
         assert_eq!(
-            ka.keys.responder_to_initiator,
-            kb.keys.responder_to_initiator
+            ka.keys.responder_to_initiator(),
+            kb.keys.responder_to_initiator()
         );
         assert_ne!(
-            ka.keys.initiator_to_responder,
-            ka.keys.responder_to_initiator
+            ka.keys.initiator_to_responder(),
+            ka.keys.responder_to_initiator()
         );
         assert_eq!((ka.peer, kb.peer), (b.public(), a.public()));
         assert_eq!((ka.local_index, ka.peer_index), (7, 9));
@@ -484,8 +489,8 @@ mod tests {
             let (mut i, m1) = Initiation::start(&a, b.public(), n, u128::from(n) + 1).unwrap();
             let (_, m2) = r.respond(&m1, n).unwrap();
             let k = i.finish(&m2).unwrap();
-            assert!(seen.insert(k.keys.initiator_to_responder), "session {n}");
-            assert!(seen.insert(k.keys.responder_to_initiator), "session {n}");
+            assert!(seen.insert(*k.keys.initiator_to_responder()), "session {n}");
+            assert!(seen.insert(*k.keys.responder_to_initiator()), "session {n}");
         }
     }
 

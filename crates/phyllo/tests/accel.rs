@@ -14,13 +14,8 @@ const SPEC3: &str = "frag(1400):window(16):checksum";
 
 #[test]
 fn compact_header_of_an_ordinary_data_message_is_at_most_16_bytes() {
-    let plain =
-        Connection::from_spec(SPEC3, Config::new(Role::Initiator).with_psk(TEST_KEY)).unwrap();
-    let fast = Connection::from_spec(
-        SPEC3,
-        Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
-    )
-    .unwrap();
+    let plain = Connection::from_spec(SPEC3, Config::new(Role::Initiator)).unwrap();
+    let fast = Connection::from_spec(SPEC3, Config::accelerated(Role::Initiator)).unwrap();
     assert_eq!(
         plain.data_header_bytes(),
         16,
@@ -117,7 +112,7 @@ fn reliable_under_loss_and_reordering_with_the_accelerator() {
             got.len(),
             msgs.len()
         );
-        let mut pair = static_pair_with(MemLink::new(f, seed), Config::accelerated);
+        let mut pair = static_pair_with(MemLink::new(f, seed), true);
         let got = exchange(&mut pair, &msgs);
         assert!(
             got == msgs,
@@ -279,14 +274,10 @@ fn a_burst_of_small_messages_is_packed() {
 
 #[test]
 fn a_big_endian_sender_is_understood() {
-    let mut be = Config::accelerated(Role::Initiator).with_psk(TEST_KEY);
+    let (mut be, cb) = Config::pair(true).unwrap();
     be.order = phyllo::field::ByteOrder::Big;
     let a = Connection::from_spec(SPEC4, be).unwrap();
-    let b = Connection::from_spec(
-        SPEC4,
-        Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-    )
-    .unwrap();
+    let b = Connection::from_spec(SPEC4, cb).unwrap();
     let mut pair = Pair::new(a, b, MemLink::perfect());
     let msgs: Vec<Vec<u8>> = (0..300).map(|i| payload(i, 1 + i * 7)).collect();
     assert!(exchange(&mut pair, &msgs) == msgs);
@@ -294,16 +285,8 @@ fn a_big_endian_sender_is_understood() {
 
 #[test]
 fn forged_and_truncated_input_is_counted_and_dropped() {
-    let mut a = Connection::from_spec(
-        SPEC3,
-        Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
-    )
-    .unwrap();
-    let mut b = Connection::from_spec(
-        SPEC3,
-        Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-    )
-    .unwrap();
+    let mut a = Connection::from_spec(SPEC3, Config::accelerated(Role::Initiator)).unwrap();
+    let mut b = Connection::from_spec(SPEC3, Config::accelerated(Role::Responder)).unwrap();
     a.send(Time(0), b"first").unwrap();
     let d = a.poll_transmit().unwrap().data().to_vec();
     // Truncated preamble, truncated header.
@@ -344,7 +327,7 @@ fn forged_and_truncated_input_is_counted_and_dropped() {
 fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
     use phyllo::endpoint::Endpoint;
     let mk = |cookie| {
-        let mut c = Config::accelerated(Role::Initiator).with_psk(TEST_KEY);
+        let mut c = Config::accelerated(Role::Initiator);
         c.cookie = Some(cookie);
         Connection::from_spec(SPEC3, c).unwrap()
     };
@@ -352,10 +335,7 @@ fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
     let mut peers = [mk(42), mk(42), mk(7)];
     let mut ep: Endpoint<phyllo::stack::DynStack> = Endpoint::new(
         Some(Box::new(|| {
-            Connection::from_spec(
-                SPEC3,
-                Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-            )
+            Connection::from_spec(SPEC3, Config::accelerated(Role::Responder))
         })),
         8,
     );
@@ -433,16 +413,9 @@ fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
 #[test]
 fn replies_before_post_processing_are_understood() {
     for spec in [SPEC3, "frag(1400):window(16):checksum:seal"] {
-        let mut a = Connection::from_spec(
-            spec,
-            Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
-        )
-        .unwrap();
-        let mut b = Connection::from_spec(
-            spec,
-            Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-        )
-        .unwrap();
+        let (ca, cb) = Config::pair(true).unwrap();
+        let mut a = Connection::from_spec(spec, ca).unwrap();
+        let mut b = Connection::from_spec(spec, cb).unwrap();
         let mut now = Time::ZERO;
         let carry = |from: &mut phyllo::DynConnection, to: &mut phyllo::DynConnection, now| {
             while let Some(d) = from.poll_transmit() {

@@ -15,7 +15,7 @@ mod common;
 use common::{payload, rng};
 use phyllo::link::memlink::{Faults, MemLink, Side};
 use phyllo::time::earliest;
-use phyllo::{Config, Connection, DynConnection, Role, SendError, Time};
+use phyllo::{Config, Connection, DynConnection, SendError, Time};
 use rand::Rng;
 use std::convert::Infallible;
 use std::ops::Range;
@@ -83,15 +83,10 @@ fn event_loop(
     at: &[Time],
     take: Take,
 ) -> Run {
-    let config = if accelerated {
-        Config::accelerated
-    } else {
-        Config::new
-    };
+    let (ca, cb) = Config::pair(accelerated).unwrap();
     let mut link = link;
-    let key = common::TEST_KEY;
-    let mut a = Connection::from_spec(spec, config(Role::Initiator).with_psk(key)).unwrap();
-    let mut b = Connection::from_spec(spec, config(Role::Responder).with_psk(key)).unwrap();
+    let mut a = Connection::from_spec(spec, ca).unwrap();
+    let mut b = Connection::from_spec(spec, cb).unwrap();
     let mut now = Time::ZERO;
     let mut next = 0;
     let mut got = Vec::new();

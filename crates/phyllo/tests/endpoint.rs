@@ -3,21 +3,26 @@
 //! recorded datagrams, change nothing — the live session keeps delivering.
 
 mod common;
-use common::{payload, TEST_KEY};
+use common::payload;
 use phyllo::accel::preamble::{Preamble, PREAMBLE_LEN as PREAMBLE};
 use phyllo::endpoint::Endpoint;
 use phyllo::stack::DynStack;
-use phyllo::{Config, Connection, DynConnection, Role, Time};
+use phyllo::{Config, Connection, DynConnection, Time};
 
 const SPEC: &str = "frag(1400):window(16):checksum:seal";
 
-fn endpoint() -> Endpoint<DynStack> {
+/// A listening endpoint whose first accepted connection is the responder `peer_end` (the
+/// other end of the peer's pair); every later one has keys of its own that no peer holds
+/// (each connection needs its own).
+fn endpoint(peer_end: Config) -> Endpoint<DynStack> {
+    let mut first = Some(peer_end);
     Endpoint::new(
-        Some(Box::new(|| {
-            Connection::from_spec(
-                SPEC,
-                Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-            )
+        Some(Box::new(move || {
+            let cfg = match first.take() {
+                Some(c) => c,
+                None => Config::pair(true)?.1,
+            };
+            Connection::from_spec(SPEC, cfg)
         })),
         8,
     )
@@ -62,12 +67,9 @@ fn run(
 
 #[test]
 fn forgeries_and_mutations_teach_the_endpoint_nothing() {
-    let mut peer = Connection::from_spec(
-        SPEC,
-        Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
-    )
-    .unwrap();
-    let mut ep = endpoint();
+    let (ci, cr) = Config::pair(true).unwrap();
+    let mut peer = Connection::from_spec(SPEC, ci).unwrap();
+    let mut ep = endpoint(cr);
     let mut now = Time::ZERO;
     let mut recorded = Vec::new();
     let first: Vec<Vec<u8>> = (0..5).map(|i| payload(i, 10 + i)).collect();

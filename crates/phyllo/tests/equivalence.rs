@@ -36,7 +36,7 @@ use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict
 use phyllo::layout::FieldRegistry;
 use phyllo::link::memlink::{Faults, MemLink};
 use phyllo::stack::{build_dyn, DynStack};
-use phyllo::{Config, Connection, Role, Time};
+use phyllo::{Config, Connection, Time};
 use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -322,16 +322,12 @@ fn drive(pair: &mut Pair, msgs: &[Vec<u8>], delay: Duration, out: &mut Outcome) 
 
 /// Run `msgs` from A to B, then a report from B to A, over a link with `faults` from `seed`.
 fn run(spec: &str, accelerated: bool, faults: &Faults, seed: u64, msgs: &[Vec<u8>]) -> Outcome {
-    let config = if accelerated {
-        Config::accelerated
-    } else {
-        Config::new
-    };
+    let (ca, cb) = Config::pair(accelerated).unwrap();
     let (sa, a) = build(spec);
     let (sb, b) = build(spec);
     let mut pair = Pair::new(
-        Connection::new(sa, config(Role::Initiator).with_psk(common::TEST_KEY)).unwrap(),
-        Connection::new(sb, config(Role::Responder).with_psk(common::TEST_KEY)).unwrap(),
+        Connection::new(sa, ca).unwrap(),
+        Connection::new(sb, cb).unwrap(),
         MemLink::new(faults.clone(), seed),
     );
     let mut out = Outcome {

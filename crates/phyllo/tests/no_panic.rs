@@ -7,9 +7,9 @@ use std::cell::RefCell;
 
 thread_local! {
     static SEALED: RefCell<phyllo::DynConnection> = RefCell::new(
-        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::new(Role::Responder).with_psk([7; 32])).unwrap());
+        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::pair(false).unwrap().1).unwrap());
     static ACCEL: RefCell<phyllo::DynConnection> = RefCell::new(
-        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::accelerated(Role::Responder).with_psk([7; 32])).unwrap());
+        Connection::from_spec("frag(1400):window(16):checksum:seal", Config::pair(true).unwrap().1).unwrap());
     static ACCEL_PLAIN: RefCell<phyllo::DynConnection> = RefCell::new(
         Connection::from_spec("frag(200):window(4):checksum", Config::accelerated(Role::Responder)).unwrap());
     static PLAIN: RefCell<phyllo::DynConnection> = RefCell::new(

@@ -82,16 +82,8 @@ fn pair(claims: bool) -> Pair {
         ]
     };
     Pair::new(
-        Connection::new(
-            stack(),
-            Config::accelerated(Role::Initiator).with_psk(TEST_KEY),
-        )
-        .unwrap(),
-        Connection::new(
-            stack(),
-            Config::accelerated(Role::Responder).with_psk(TEST_KEY),
-        )
-        .unwrap(),
+        Connection::new(stack(), Config::accelerated(Role::Initiator)).unwrap(),
+        Connection::new(stack(), Config::accelerated(Role::Responder)).unwrap(),
         MemLink::perfect(),
     )
 }

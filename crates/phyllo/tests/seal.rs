@@ -4,12 +4,12 @@ use phyllo::layer::DropReason;
 use phyllo::{Config, Connection, Role, Time};
 
 const SPEC: &str = "window(16):seal";
-const KEY: [u8; 32] = [0x5a; 32];
 
 fn pair() -> (phyllo::DynConnection, phyllo::DynConnection) {
+    let (a, b) = Config::pair(false).unwrap();
     (
-        Connection::from_spec(SPEC, Config::new(Role::Initiator).with_psk(KEY)).unwrap(),
-        Connection::from_spec(SPEC, Config::new(Role::Responder).with_psk(KEY)).unwrap(),
+        Connection::from_spec(SPEC, a).unwrap(),
+        Connection::from_spec(SPEC, b).unwrap(),
     )
 }
 
@@ -51,9 +51,9 @@ fn tampered_packets_are_rejected_and_counted() {
 
 #[test]
 fn wrong_key_is_rejected() {
-    let mut a = Connection::from_spec(SPEC, Config::new(Role::Initiator).with_psk(KEY)).unwrap();
-    let mut b =
-        Connection::from_spec(SPEC, Config::new(Role::Responder).with_psk([9; 32])).unwrap();
+    // An initiator and a responder of two different pairs: each pair has its own keys.
+    let (mut a, _) = pair();
+    let (_, mut b) = pair();
     a.send(Time(0), b"x").unwrap();
     let d = a.poll_transmit().unwrap();
     b.handle_datagram(Time(1), d.data());

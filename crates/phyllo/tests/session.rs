@@ -21,8 +21,8 @@ fn handshake(
     (i.finish(&m2).unwrap(), kb)
 }
 
-fn connections(ka: &SessionKeys, kb: &SessionKeys, accel: bool) -> (DynConnection, DynConnection) {
-    let cfg = |k: &SessionKeys| {
+fn connections(ka: SessionKeys, kb: SessionKeys, accel: bool) -> (DynConnection, DynConnection) {
+    let cfg = |k: SessionKeys| {
         let c = if accel {
             Config::accelerated(k.role)
         } else {
@@ -77,7 +77,8 @@ fn run(accel: bool) {
     // Session 1 delivers; its datagrams are recorded.
     let (ka1, kb1) = handshake(&a, &mut r, 1, 1);
     assert_eq!((ka1.role, kb1.role), (Role::Initiator, Role::Responder));
-    let (mut a1, mut b1) = connections(&ka1, &kb1, accel);
+    let key1 = *ka1.keys().initiator_to_responder();
+    let (mut a1, mut b1) = connections(ka1, kb1, accel);
     a1.send(now, b"first session").unwrap();
     let (got, recorded) = exchange(&mut a1, &mut b1, now);
     assert_eq!(got, vec![b"first session".to_vec()], "accel {accel}");
@@ -85,11 +86,8 @@ fn run(accel: bool) {
 
     // Session 2, same static keys: fresh keys; session 1's datagrams are not accepted.
     let (ka2, kb2) = handshake(&a, &mut r, 2, 2);
-    assert_ne!(
-        ka1.keys.initiator_to_responder,
-        ka2.keys.initiator_to_responder
-    );
-    let (mut a2, mut b2) = connections(&ka2, &kb2, accel);
+    assert_ne!(&key1, ka2.keys().initiator_to_responder());
+    let (mut a2, mut b2) = connections(ka2, kb2, accel);
     let before = b2.stats().input_drops()
         + b2.accel_stats()
             .map_or(0, |s| s.unknown_cookie + s.unknown_conn);

@@ -12,7 +12,7 @@ use crate::measure::{
     stream_udp,
 };
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
-use phyllo::{Config, Connection, Role};
+use phyllo::Connection;
 use phyllo_udp::rawudp::{raw_pingpong, PingPongConfig};
 use std::time::Duration;
 
@@ -60,10 +60,8 @@ impl Experiment for Accel {
             rows: vec![],
         };
         for spec in [SPEC3, SPEC4] {
-            let key = crate::measure::process_key();
-            let plain = Connection::from_spec(spec, Config::new(Role::Initiator).with_psk(key))?;
-            let fast =
-                Connection::from_spec(spec, Config::accelerated(Role::Initiator).with_psk(key))?;
+            let plain = Connection::from_spec(spec, crate::measure::configs(false)?.0)?;
+            let fast = Connection::from_spec(spec, crate::measure::configs(true)?.0)?;
             let compact = fast.data_header_bytes();
             let first = compact + fast.layout().conn_id_len();
             hdr.rows.push(vec![

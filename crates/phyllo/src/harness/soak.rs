@@ -17,7 +17,6 @@
 
 use super::Pair;
 use crate::conn::{BuildError, Config, Connection};
-use crate::layer::Role;
 use crate::link::memlink::{Faults, MemLink};
 use crate::stack::{build_dyn, LayerSet};
 use crate::time::{earliest, Time};
@@ -173,22 +172,18 @@ pub fn payload(i: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The two ends' configurations of a schedule; accelerated ends get cookies drawn from `rng`,
-/// so the datagrams' bytes replay too.
-fn configs(accelerated: bool, rng: &mut impl Rng) -> (Config, Config) {
-    // The key comes from the schedule's seed too, so a run replays byte for byte.
-    let psk: [u8; 32] = rng.random();
-    let mut config = |role| {
-        let mut c = if accelerated {
-            Config::accelerated(role)
-        } else {
-            Config::new(role)
-        };
-        c.cookie = Some(rng.random());
-        c.with_psk(psk)
-    };
-    let ca = config(Role::Initiator);
-    (ca, config(Role::Responder))
+/// The two ends' configurations of a schedule: keyed by [`Config::pair`] (fresh keys every
+/// run), accelerated ends with cookies drawn from `rng`. A run replays from its seed all the
+/// same: the faults, the messages, the cookies and so every datagram's length and fate are
+/// drawn from it, and nothing the ends do depends on the ciphertext's bytes.
+fn configs(accelerated: bool, rng: &mut impl Rng) -> Result<(Config, Config), BuildError> {
+    // 32 bytes drawn and unused, where a schedule's key was once drawn from its seed: every
+    // seed keeps the cookies, messages and faults it had.
+    let _: [u8; 32] = rng.random();
+    let (mut ca, mut cb) = Config::pair(accelerated)?;
+    ca.cookie = Some(rng.random());
+    cb.cookie = Some(rng.random());
+    Ok((ca, cb))
 }
 
 /// The driver's state: the two ends over their link ([`Pair`]), the application's progress.
@@ -302,7 +297,7 @@ pub fn run_with<S: LayerSet>(
 ) -> Result<RunReport, BuildError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let faults = heavy_faults(&mut rng);
-    let (ca, cb) = configs(accelerated, &mut rng);
+    let (ca, cb) = configs(accelerated, &mut rng)?;
     let (a, b) = (make(ca)?, make(cb)?);
     let n = rng.random_range(cfg.messages.0..=cfg.messages.1.max(cfg.messages.0));
     let top = usize::BITS - cfg.max_message.max(1).leading_zeros();

@@ -23,11 +23,22 @@
 //! nothing is zeroed before it is written ([`crate::msg`]) and datagrams reach the kernel back
 //! to back for segmentation offload.
 //!
-//! Keys: one per direction — a session's two from its handshake ([`crate::session`]), or two
-//! derived from a pre-shared key with HKDF-SHA256 — so the two directions never share a
-//! (key, nonce) pair. Nonce: a 64-bit per-direction counter;
-//! its low 32 bits travel as a protocol-specific field (predictable: it depends only on state)
-//! and the receiver reconstructs the full counter next to the highest it has accepted. The
+//! Keys: one per direction, this layer's own pair, which the connection derives for the
+//! layer's index from a session's two keys ([`crate::layer::DirectionKeys`]), so the two
+//! directions, and two `seal` layers of one stack, never share a (key, nonce) pair. The
+//! session's keys come only from its Noise IK handshake ([`crate::session`],
+//! [`crate::Config::with_session`]; [`crate::Config::pair`] runs one in memory for two ends
+//! in one process), and they key one connection. There is no pre-shared key: a connection has
+//! no handshake and its nonces start at zero, so a fixed key shared by several connections
+//! (a restarted process, the next connection an endpoint accepts) would encrypt different
+//! messages under the same (key, nonce) pair, and a fresh receiver would accept a datagram
+//! recorded from an earlier connection; no derivation from a fixed key avoids that unless
+//! both ends contribute fresh randomness — a handshake, which is what sessions are (a static
+//! key pair is as easy to distribute as a pre-shared key).
+//!
+//! Nonce: a 64-bit per-direction counter, from zero; its low 32 bits travel as a
+//! protocol-specific field (predictable: it depends only on state) and the receiver
+//! reconstructs the full counter next to the highest it has accepted. The
 //! associated data is the image of this layer's field and those above it; the body is
 //! encrypted in place and the 16-byte tag is a trailer. A 64-entry sliding replay window
 //! rejects repeats and packets too old to judge.
@@ -39,9 +50,7 @@ use crate::field::{FieldClass, FieldHandle};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Role, Verdict};
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
-use hkdf::Hkdf;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
-use sha2::Sha256;
 use zeroize::Zeroizing;
 
 /// Bytes of the authentication tag trailer.
@@ -164,18 +173,6 @@ impl std::fmt::Debug for Seal {
     }
 }
 
-/// The per-direction keys derived from a pre-shared key: (initiator→responder,
-/// responder→initiator).
-pub fn derive_keys(psk: &[u8; 32]) -> ([u8; 32], [u8; 32]) {
-    let hk = Hkdf::<Sha256>::new(Some(b"phyllo seal v1"), psk);
-    let mut i2r = [0u8; 32];
-    let mut r2i = [0u8; 32];
-    // 32-byte outputs are always within HKDF-SHA256's limit of 255 * 32 bytes.
-    let _ = hk.expand(b"initiator to responder", &mut i2r);
-    let _ = hk.expand(b"responder to initiator", &mut r2i);
-    (i2r, r2i)
-}
-
 /// The associated data: this layer's own field (the nonce's wire bits: the receiver's
 /// reconstruction maps several to one counter) and the fields of the layers above and of the
 /// accelerator, as their sender wrote them. Fields of layers below are written after
@@ -270,17 +267,16 @@ impl Layer for Seal {
         self.nonce = Some(fields.add_field(FieldClass::ProtoSpecific, "nonce", 32, None));
         // A connection refuses to build without keys (`needs_keys`); a layer initialised by
         // hand without them keeps none, and its pre-phases drop everything.
-        let (i2r, r2i) = match (&cx.session, &cx.psk) {
-            (Some(k), _) => (k.initiator_to_responder, k.responder_to_initiator),
-            (None, Some(psk)) => derive_keys(psk),
-            (None, None) => return,
+        let Some(k) = &cx.session else {
+            return;
         };
+        let (i2r, r2i) = (k.initiator_to_responder(), k.responder_to_initiator());
         let (tx, rx) = match cx.role {
             Role::Initiator => (i2r, r2i),
             Role::Responder => (r2i, i2r),
         };
-        self.tx = self.cipher.key(&tx);
-        self.rx = self.cipher.key(&rx);
+        self.tx = self.cipher.key(tx);
+        self.rx = self.cipher.key(rx);
         self.tx_ahead = self.tx.as_mut().and_then(|k| k.ahead(0));
         self.rx_ahead = self.rx.as_mut().and_then(|k| k.ahead(0));
     }
@@ -474,11 +470,5 @@ mod tests {
             3,
             "wraps near the expected"
         );
-    }
-
-    #[test]
-    fn directions_use_different_keys() {
-        let (a, b) = derive_keys(&[7; 32]);
-        assert_ne!(a, b);
     }
 }

@@ -666,6 +666,17 @@ fn idle_limit(idle: Duration, dialer: bool) -> Duration {
     }
 }
 
+/// What installing a session needs of its handshake's [`SessionKeys`], copied out before the
+/// keys themselves go to its connection (they key that one connection only).
+#[derive(Clone, Copy)]
+struct Handshook {
+    role: Role,
+    peer: PublicKey,
+    local_index: u32,
+    peer_index: u32,
+    replaces: Option<u32>,
+}
+
 /// Sessions with many peers behind one socket (sans-IO).
 pub struct SessionEndpoint<S: LayerSet = DynStack> {
     cfg: SessionConfig,
@@ -1233,7 +1244,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             .respond(body, index)
             .map_err(|e| Drop::of(&e))?;
         let p = self.peer_for(keys.peer);
-        let conn = self.build(&keys).ok_or(Drop::Malformed)?;
+        let (conn, keys) = self.build(keys).ok_or(Drop::Malformed)?;
         let peer = &mut self.peers[p.0 as usize];
         // Crossing handshakes: the peer's initiation wins, ours is dropped.
         if let Some(pd) = peer.pending.take() {
@@ -1257,7 +1268,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         peer.handshake_rtt = Some(now.since(pd.sent_at));
         peer.pending = None;
         peer.stats.handshake_time = Some(now.since(first));
-        let conn = self.build(&keys).ok_or(Drop::Malformed)?;
+        let (conn, keys) = self.build(keys).ok_or(Drop::Malformed)?;
         self.install(now, p, keys, conn, from);
         Ok(Input::Handshake(p))
     }
@@ -1316,13 +1327,20 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
     }
 
-    fn build(&mut self, keys: &SessionKeys) -> Option<Connection<S>> {
+    fn build(&mut self, keys: SessionKeys) -> Option<(Connection<S>, Handshook)> {
+        let hs = Handshook {
+            role: keys.role,
+            peer: keys.peer,
+            local_index: keys.local_index,
+            peer_index: keys.peer_index,
+            replaces: keys.replaces,
+        };
         let cfg = Config {
             accelerate: self.cfg.accelerate,
             ..Config::new(keys.role)
         }
         .with_session(keys);
-        (self.make)(cfg).ok()
+        Some(((self.make)(cfg).ok()?, hs))
     }
 
     /// Make a handshake's session the peer's current one; the old one retires.
@@ -1330,7 +1348,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         &mut self,
         now: Time,
         p: PeerId,
-        keys: SessionKeys,
+        keys: Handshook,
         conn: Connection<S>,
         from: SocketAddr,
     ) {

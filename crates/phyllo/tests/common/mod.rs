@@ -5,13 +5,10 @@ use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::{Faults, MemLink};
 use phyllo::stack::LayerSet;
-use phyllo::{Config, Connection, Role};
+use phyllo::{Config, Connection};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Duration;
-
-/// The tests' pre-shared key (both ends of every test pair; nothing outside the tests).
-pub const TEST_KEY: [u8; 32] = [0x5a; 32];
 
 /// The 4-layer stack as a spec.
 pub const SPEC4: &str = "frag(1400):window(16):checksum:seal";
@@ -31,14 +28,15 @@ pub fn static4() -> Static4 {
 
 /// A static pair over `link`.
 pub fn static_pair(link: MemLink) -> Pair<Static4> {
-    static_pair_with(link, Config::new)
+    static_pair_with(link, false)
 }
 
-/// A static pair over `link`, each end configured by `config` (e.g. `Config::accelerated`).
-pub fn static_pair_with(link: MemLink, config: fn(Role) -> Config) -> Pair<Static4> {
+/// A static pair over `link`, with the accelerator or without, keyed by [`Config::pair`].
+pub fn static_pair_with(link: MemLink, accelerate: bool) -> Pair<Static4> {
+    let (a, b) = Config::pair(accelerate).unwrap();
     Pair::new(
-        Connection::new(static4(), config(Role::Initiator).with_psk(TEST_KEY)).unwrap(),
-        Connection::new(static4(), config(Role::Responder).with_psk(TEST_KEY)).unwrap(),
+        Connection::new(static4(), a).unwrap(),
+        Connection::new(static4(), b).unwrap(),
         link,
     )
 }
