@@ -284,7 +284,9 @@ pub fn direct_round_trip<S: LayerSet>(
                 seen.extend_from_slice(m.data());
             }
             match c.map_or(Route::Inlined, |c| c.route(m.data())) {
-                Route::Inlined => to.handle_datagram(now, m.data()),
+                Route::Inlined => {
+                    to.handle_datagram(now, m.data());
+                }
                 Route::General => *general += 1,
             }
             from.recycle(m);
