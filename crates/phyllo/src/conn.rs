@@ -16,10 +16,10 @@
 //! [`post_process`](Connection::post_process) only lets an idle application run the
 //! accelerator's deferred work earlier than its deadline.
 //!
-//! The connection is two parts: the layered [`core`](crate::layered) (the stack, its timers and
-//! queues; it stands on its own and is all a plain connection is), and, when
-//! [`Config::accelerate`] is set, the [`accel`](crate::accel)erator wrapped around it, which
-//! owns its own state and calls the core through a narrow interface.
+//! The connection is two parts: the layered core (the crate's private `layered` module: the
+//! stack, its timers and queues; it stands on its own and is all a plain connection is), and,
+//! when [`Config::accelerate`] is set, the [`accel`](crate::accel)erator wrapped around it,
+//! which owns its own state and calls the core through a narrow interface.
 
 use crate::accel::{AccelConfig, AccelStats, Accelerator, FastPathCheck};
 use crate::field::{ByteOrder, FieldLoc};

@@ -1,8 +1,8 @@
 //! phyllo: layered network protocols whose layering costs almost nothing.
 //!
 //! A sans-IO core (DESIGN.md Principles): layers with canonical processing (seed 004 §3.1,
-//! [`layer`]), composed into dynamic or static stacks ([`stack`]), driven by a
-//! [`Connection`](conn::Connection) that consumes datagrams and time and produces datagrams,
+//! [`layer`]), composed into dynamic or static stacks ([`stack`](mod@stack)), driven by a
+//! [`Connection`] that consumes datagrams and time and produces datagrams,
 //! deliveries and timer deadlines. Links ([`link`]) and drivers do the I/O.
 
 #![warn(missing_docs)]

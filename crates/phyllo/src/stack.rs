@@ -1,7 +1,7 @@
 //! Stacks: layers composed top to bottom, in two forms with identical behaviour.
 //!
 //! - **Dynamic**: a [`DynStack`] (`Vec<Box<dyn Layer>>`) built at run time from a spec string
-//!   such as `"frag(1400):window(16):checksum:seal"` ([`parse_spec`]); every layer call is a
+//!   such as `"frag(1400):window(16):checksum:seal"` ([`build_dyn`]); every layer call is a
 //!   virtual call.
 //! - **Static**: nested pairs `(A, (B, (C, ())))` built with [`stack!`](crate::stack!); every
 //!   call is resolved at compile time and can be inlined across layers — seed 000's

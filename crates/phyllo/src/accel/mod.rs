@@ -1,8 +1,8 @@
 //! The Protocol Accelerator of seed 004 (van Renesse, "Masking the Overhead of Protocol
-//! Layering"), wrapped around the layered [`core`](crate::layered).
+//! Layering"), wrapped around the layered core (the private `layered` module).
 //!
 //! The accelerator owns its state and drives the core through a narrow interface; the core
-//! knows nothing of it beyond the [`Edge`] the accelerator implements (framing datagrams,
+//! knows nothing of it beyond the `Edge` the accelerator implements (framing datagrams,
 //! unpacking deliveries). One module per idea of the paper:
 //!
 //! | module | seed 004 | what |

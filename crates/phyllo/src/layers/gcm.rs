@@ -122,7 +122,7 @@ impl Ghash {
 }
 
 /// What the nonce of `counter` contributes, computed before the message exists: the tag mask
-/// AES(K, J0) and the first [`AHEAD_BLOCKS`] keystream blocks.
+/// AES(K, J0) and the first `AHEAD_BLOCKS` keystream blocks.
 #[derive(Clone)]
 pub struct Ahead {
     counter: u64,
