@@ -1,6 +1,6 @@
 //! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
 
-use crate::measure::{rtt_mem, stream_mem, stream_udp, LinkKind};
+use crate::measure::{rtt_mem, set_fast_path_check, stream_mem, stream_udp, CheckArg, LinkKind};
 use anyhow::Result;
 use phyllo::accel::Miss;
 use phyllo::Stats;
@@ -26,6 +26,10 @@ pub struct StackArgs {
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
     pub accel: bool,
+    /// The accelerator's check of its fast path against the layered path (`off`: the bare
+    /// fast path; `sampled`: what release builds run).
+    #[arg(long, value_enum, default_value = "sampled")]
+    pub fast_path_check: CheckArg,
 }
 
 /// `phyllo rtt` options.
@@ -68,6 +72,7 @@ fn check_size(size: usize) -> Result<()> {
 pub fn rtt(args: RttArgs) -> Result<()> {
     let s = &args.stack;
     check_size(s.size)?;
+    set_fast_path_check(s.fast_path_check);
     if args.rounds == 0 {
         anyhow::bail!("--rounds must be at least 1");
     }
@@ -127,6 +132,7 @@ pub fn rtt(args: RttArgs) -> Result<()> {
 pub fn stream(args: StreamArgs) -> Result<()> {
     let s = &args.stack;
     check_size(s.size)?;
+    set_fast_path_check(s.fast_path_check);
     let run = match s.link {
         LinkKind::Mem => stream_mem(&s.stack, s.accel, s.size, args.count)?,
         LinkKind::Udp => stream_udp(
@@ -210,6 +216,18 @@ pub fn print_accel(who: &str, a: &phyllo::accel::AccelStats) {
         "  header bytes sent {}, datagrams with conn-id {}, unknown cookie {}, packed datagrams {} carrying {} msgs (max {})",
         a.header_bytes, a.with_conn_id, a.unknown_cookie, a.packed_datagrams, a.packed_msgs, a.max_pack
     );
+    println!(
+        "  checked against the layered path: {} sends, {} deliveries",
+        a.checked_sends, a.checked_deliveries
+    );
+    for (dir, layer) in [
+        ("send", a.distrusted_send),
+        ("delivery", a.distrusted_deliver),
+    ] {
+        if let Some(layer) = layer {
+            println!("  {dir} fast path off: layer `{layer}` mispredicted");
+        }
+    }
 }
 
 /// `phyllo critical-path` options.
@@ -227,12 +245,16 @@ pub struct CriticalPathArgs {
     /// Payload bytes.
     #[arg(long, default_value_t = 8)]
     pub size: usize,
+    /// The accelerator's check of its fast path against the layered path.
+    #[arg(long, value_enum, default_value = "sampled")]
+    pub fast_path_check: CheckArg,
 }
 
 /// Run `phyllo critical-path`: the in-memory critical-path loop alone, so callgrind can count
 /// the instructions of `phyllo_cp_send` and `phyllo_cp_deliver` (see
 /// [`crate::measure::critical_path_instructions`]).
 pub fn critical_path(args: CriticalPathArgs) -> Result<()> {
+    set_fast_path_check(args.fast_path_check);
     print_critical_path(&crate::measure::critical_path(
         &args.stack,
         args.accel,

@@ -7,12 +7,13 @@ use phyllo::conn::BuildError;
 use phyllo::harness::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::link::memlink::MemLink;
+use phyllo::FastPathCheck;
 use phyllo::LayerSet;
 use phyllo::{Config, Connection, Msg, Stats};
 use phyllo_udp::driver::UdpDriver;
 use phyllo_udp::rawudp::Summary;
 use phyllo_udp::udp::UdpLink;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -69,14 +70,57 @@ impl StreamRun {
     }
 }
 
+/// The fast path's check against the layered path, as the measured connections run it (see
+/// [`set_fast_path_check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckArg {
+    /// [`FastPathCheck::Off`]: the bare fast path.
+    Off,
+    /// [`FastPathCheck::Sampled`]: what release builds run.
+    Sampled,
+    /// [`FastPathCheck::Every`]: a layered pass per message (debug builds' default).
+    Every,
+}
+
+impl From<CheckArg> for FastPathCheck {
+    fn from(c: CheckArg) -> FastPathCheck {
+        match c {
+            CheckArg::Off => FastPathCheck::Off,
+            CheckArg::Sampled => FastPathCheck::Sampled,
+            CheckArg::Every => FastPathCheck::Every,
+        }
+    }
+}
+
+/// The check of this process's measured connections ([`CheckArg`] as a number).
+static FAST_PATH_CHECK: AtomicU8 = AtomicU8::new(CheckArg::Sampled as u8);
+
+/// Set the fast-path check every pair of configurations [`configs`] makes from now on runs.
+pub fn set_fast_path_check(check: CheckArg) {
+    FAST_PATH_CHECK.store(check as u8, Ordering::Relaxed);
+}
+
+/// The fast-path check [`configs`] puts in its configurations.
+pub fn fast_path_check() -> FastPathCheck {
+    match FAST_PATH_CHECK.load(Ordering::Relaxed) {
+        x if x == CheckArg::Off as u8 => FastPathCheck::Off,
+        x if x == CheckArg::Every as u8 => FastPathCheck::Every,
+        _ => FastPathCheck::Sampled,
+    }
+}
+
 /// Both ends' configurations (initiator, responder), accelerated or not, keyed by
 /// [`Config::pair`]: fresh keys for every measured pair, each configuration for one
-/// connection. Measurements measure the protocol: the fast path's check against the layered
-/// path (on in debug builds) is off.
+/// connection. The fast path's check against the layered path is [`FastPathCheck::Sampled`]
+/// unless [`set_fast_path_check`] says otherwise, in every build: the figures are what users'
+/// release builds get (the sampled checks included, about one layered pass in 128
+/// operations), not a bare fast path no one runs, and not debug builds' default of checking
+/// every message, which would measure the check instead of the protocol.
+/// `--fast-path-check off` measures the bare fast path.
 pub fn configs(accel: bool) -> Result<(Config, Config), BuildError> {
     let (mut a, mut b) = Config::pair(accel)?;
-    a.verify_fast_path = false;
-    b.verify_fast_path = false;
+    a.fast_path_check = fast_path_check();
+    b.fast_path_check = fast_path_check();
     Ok((a, b))
 }
 

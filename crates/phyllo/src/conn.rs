@@ -21,7 +21,7 @@
 //! [`Config::accelerate`] is set, the [`accel`](crate::accel)erator wrapped around it, which
 //! owns its own state and calls the core through a narrow interface.
 
-use crate::accel::{AccelConfig, AccelStats, Accelerator};
+use crate::accel::{AccelConfig, AccelStats, Accelerator, FastPathCheck};
 use crate::field::{ByteOrder, FieldLoc};
 use crate::layer::{DirectionKeys, InitCx, Role};
 pub use crate::layered::Stats;
@@ -75,12 +75,17 @@ pub struct Config {
     pub order: ByteOrder,
     /// The accelerator's cookie for this end (random when `None`; tests force collisions).
     pub cookie: Option<u64>,
-    /// Check every send and delivery the accelerator's fast path makes against the layered
-    /// path on the same input and state (the header a layer's pre-send would build; that
-    /// every layer's pre-delivery would accept), and panic naming the layer that
-    /// mispredicts. On by default in debug builds (so in every test), off in release builds,
-    /// where it costs a layered pass per message; measurement tools turn it off.
-    pub verify_fast_path: bool,
+    /// Which sends and deliveries of the accelerator's fast path to check against the
+    /// layered path on the same input and state (the header the layers' pre-sends would
+    /// build; that every layer's pre-delivery would accept), and what a failed check does.
+    /// [`FastPathCheck::Every`] by default in debug builds (so in every test): every one,
+    /// panicking with the name of the layer that mispredicts. [`FastPathCheck::Sampled`] by
+    /// default in release builds: the first operations of each direction, a few after every
+    /// miss, then one in [`CHECK_PERIOD`](crate::accel::CHECK_PERIOD); a failed check takes
+    /// the layered path for that message and for every later one of that direction, counted
+    /// as [`Miss::Distrusted`](crate::accel::Miss::Distrusted) with the layer named in
+    /// [`AccelStats`]. [`FastPathCheck::Off`] only to measure the bare fast path.
+    pub fast_path_check: FastPathCheck,
 }
 
 /// A session's keys as a one-shot grant: the first connection built from a [`Config`]
@@ -130,7 +135,7 @@ impl Config {
             mtu: 1400,
             order: ByteOrder::NATIVE,
             cookie: None,
-            verify_fast_path: cfg!(debug_assertions),
+            fast_path_check: FastPathCheck::DEFAULT,
         }
     }
 
@@ -327,7 +332,7 @@ impl<S: LayerSet> Connection<S> {
                 mtu: cfg.mtu,
                 initiator: cfg.role == Role::Initiator,
                 cookie: cfg.cookie,
-                verify: cfg.verify_fast_path,
+                check: cfg.fast_path_check,
             };
             let pa = Accelerator::build(&mut c.core, reg.specs(), f, &acfg)?;
             c.pa = Some(Box::new(pa));

@@ -606,9 +606,13 @@ pub trait Layer: Send {
     /// runs this layer's `pre_send` and `pre_deliver` on every message (its fields are left
     /// out of the delivery prediction), so a layer that says nothing is never silently
     /// wrong, only slower; a refusal there takes the layered path, counted as
-    /// [`Miss::Unpredicted`](crate::accel::Miss::Unpredicted). In debug builds the fast path
-    /// checks every header it predicted against the layered pre-phases and panics, naming
-    /// the layer, when a layer that claims to predict does not.
+    /// [`Miss::Unpredicted`](crate::accel::Miss::Unpredicted). The fast path checks what it
+    /// predicted against the layered pre-phases ([`Config::fast_path_check`](crate::Config)):
+    /// in debug builds every message, panicking with the name of a layer that claims to
+    /// predict and does not; in release builds a sample, after which a layer caught
+    /// mispredicting sends its direction's messages on the layered path for the rest of the
+    /// connection ([`Miss::Distrusted`](crate::accel::Miss::Distrusted)). A lie in a message
+    /// the sample skipped goes out as the fast path built it.
     fn predicts(&self) -> bool {
         false
     }

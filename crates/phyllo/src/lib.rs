@@ -30,6 +30,7 @@ pub mod session;
 pub mod stack;
 pub mod time;
 
+pub use accel::FastPathCheck;
 pub use conn::{Config, Connection, DynConnection, Received, SendError, Stats};
 pub use layer::{Layer, Role};
 pub use msg::{Msg, Pool};

@@ -15,6 +15,18 @@
 //! - **post_process**: runs the deferred post-phases, refreshes the predictions, and sends the
 //!   backlog packed.
 //!
+//! **The check.** A fast-path send or delivery may be checked against the layered path
+//! ([`Config::fast_path_check`](crate::Config::fast_path_check); see `predict`): whether it
+//! is, each direction's sampler decides first (one decrement when it is not). A checked send
+//! copies the body before the fast path runs, and the check comes after the filter and any
+//! body transform, just before the datagram is queued (`send_passed`); a checked delivery is
+//! checked after the prediction matched, before anything is committed (the pending
+//! post-delivery, the application's queue). When a check fails under
+//! [`FastPathCheck::Sampled`](super::FastPathCheck::Sampled), the fast path's datagram (and
+//! any retransmission copies taken for it) is freed and the original body sent on the layered
+//! path, or the datagram delivered on the layered path; that direction then takes the layered
+//! path for good ([`Miss::Distrusted`]).
+//!
 //! A datagram's way: [`Accelerator::receive`] → `cookie` admits it → [`Accelerator::deliver`]
 //! → the application's queue in the [`core`](crate::layered), or the core's layered path.
 
@@ -22,7 +34,7 @@ use super::deferred::Reclaim;
 use super::filters::Filters;
 use super::pack;
 use super::preamble::PREAMBLE_LEN;
-use super::predict::{self, Predictions};
+use super::predict::{self, Predictions, Sample};
 use super::stats::Miss;
 use super::Accelerator;
 use crate::field::{image_in, write_bits, ByteOrder};
@@ -167,32 +179,95 @@ impl Accelerator {
         packed: bool,
         msgs: u64,
     ) {
-        if self.verify {
-            self.send_one_verified(core, now, m, packed, msgs);
+        // Unchecked: a decrement. Otherwise the sampler decides, out of line.
+        if !self.send_check.pass() {
+            self.send_one_sampled(core, now, m, packed, msgs);
             return;
         }
         self.send_body(core, now, m, packed, msgs, None);
     }
 
-    /// [`send_one`](Self::send_one), checking what the fast path sends against the layered
-    /// path (see [`AccelConfig::verify`](super::AccelConfig)).
+    /// [`send_one`](Self::send_one) of a message the send sampler did not let through: send
+    /// it unchecked, checked against the layered path (see
+    /// [`AccelConfig::check`](super::AccelConfig)), or, once the send direction is
+    /// distrusted, on the layered path.
     #[cold]
     #[inline(never)]
-    fn send_one_verified<S: LayerSet>(
+    fn send_one_sampled<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
         now: Time,
-        m: Msg,
+        mut m: Msg,
         packed: bool,
         msgs: u64,
     ) {
-        let body = core.pool().alloc_copy(m.data());
-        self.send_body(core, now, m, packed, msgs, Some(&body));
-        core.pool().free(body);
+        match self.send_check.sample() {
+            Sample::Skip => {
+                self.send_body(core, now, m, packed, msgs, None);
+            }
+            Sample::Check => {
+                // The body as it was given: the check runs the layered pre-sends on a copy of
+                // it, and a failed check sends it on the layered path.
+                let body = core.pool().alloc_copy(m.data());
+                match self.send_body(core, now, m, packed, msgs, Some(&body)) {
+                    None => core.pool().free(body),
+                    Some(layer) => {
+                        self.distrust(true, layer);
+                        let mut m = body;
+                        m.prepend(self.predict.send_header(self.header_len));
+                        if packed {
+                            // Counted as packed when the fast path had it.
+                            self.set_packed(&mut m, core.layout());
+                        }
+                        self.send_missed(core, now, m, Miss::Distrusted, msgs);
+                    }
+                }
+            }
+            Sample::Distrusted => {
+                m.prepend(self.predict.send_header(self.header_len));
+                if packed {
+                    self.mark_packed(&mut m, core.layout(), msgs);
+                }
+                self.send_missed(core, now, m, Miss::Distrusted, msgs);
+            }
+        }
+    }
+
+    /// A check caught `layer` mispredicting (a send if `send`, else a delivery): that
+    /// direction's fast path is off from now on, and the layer is named in the stats.
+    #[cold]
+    #[inline(never)]
+    fn distrust(&mut self, send: bool, layer: &'static str) {
+        if send {
+            self.send_check.distrust(layer);
+            self.stats.distrusted_send.get_or_insert(layer);
+        } else {
+            self.deliver_check.distrust(layer);
+            self.stats.distrusted_deliver.get_or_insert(layer);
+        }
+    }
+
+    /// Check a fast-path send (`m`, as it would be queued; `body`, as it was given) against
+    /// the layered path: the layer that mispredicts, if one does (under
+    /// [`FastPathCheck::Every`](super::FastPathCheck::Every) the check panics instead).
+    #[cold]
+    #[inline(never)]
+    fn check_send<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: &Msg,
+        body: &Msg,
+    ) -> Option<&'static str> {
+        self.stats.checked_sends += 1;
+        let panic = self.send_check.panics();
+        predict::check_send(&self.predict, core, now, m, body.data(), panic)
     }
 
     /// [`send_one`](Self::send_one); `verify`: the body as the application gave it, to check
-    /// the sent header against the layered path with.
+    /// the sent header against the layered path with. The layer a check caught
+    /// mispredicting, if one did: the fast path's datagram (and its retransmission copies)
+    /// is then freed, nothing queued, and the caller sends the body on the layered path.
     #[inline(always)]
     fn send_body<S: LayerSet>(
         &mut self,
@@ -202,7 +277,7 @@ impl Accelerator {
         packed: bool,
         msgs: u64,
         verify: Option<&Msg>,
-    ) {
+    ) -> Option<&'static str> {
         let hl = self.header_len;
         m.prepend(self.predict.send_header(hl));
         if packed {
@@ -211,21 +286,33 @@ impl Accelerator {
         if core.send_disabled() || !self.shape.plain_send {
             if let Some(why) = self.send_checks(core, now, &mut m) {
                 self.send_missed(core, now, m, why, msgs);
-                return;
+                return None;
             }
         } else if let Some(why) = self.send_filter(&mut m, core.layout().order()) {
             self.send_missed(core, now, m, why, msgs);
-            return;
+            return None;
         }
-        self.stats.fast_send_msgs += msgs;
         match self.shape.reclaim_layer {
             Some(layer) => {
                 if let Some(body) = verify {
-                    predict::check_send(&self.predict, core, now, &m, body.data());
+                    if let Some(liar) = self.check_send(core, now, &m, body) {
+                        core.pool().free(m);
+                        return Some(liar);
+                    }
                 }
+                self.stats.fast_send_msgs += msgs;
                 self.send_passed(core, m, Some(layer));
+                None
             }
-            None => self.send_passed_general(core, now, m, verify),
+            None => {
+                // Counted before the transforms, which may drop the message.
+                self.stats.fast_send_msgs += msgs;
+                let liar = self.send_passed_general(core, now, m, verify);
+                if liar.is_some() {
+                    self.stats.fast_send_msgs -= msgs;
+                }
+                liar
+            }
         }
     }
 
@@ -262,11 +349,16 @@ impl Accelerator {
     /// datagrams leave from post-processing, off the latency path.
     #[inline(never)]
     fn mark_packed(&mut self, m: &mut Msg, layout: &Layout, msgs: u64) {
-        let hl = self.header_len;
-        write_bits(&mut m.data_mut()[..hl], self.packed_loc, layout.order(), 1);
+        self.set_packed(m, layout);
         self.stats.packed_datagrams += 1;
         self.stats.packed_msgs += msgs;
         self.stats.max_pack = self.stats.max_pack.max(msgs);
+    }
+
+    /// Set the packed bit of a send's header area.
+    fn set_packed(&self, m: &mut Msg, layout: &Layout) {
+        let hl = self.header_len;
+        write_bits(&mut m.data_mut()[..hl], self.packed_loc, layout.order(), 1);
     }
 
     /// The fast path refused a message (`why`): the layered path sends it.
@@ -282,6 +374,7 @@ impl Accelerator {
     ) {
         self.stats.miss(true, why);
         self.stats.slow_send_msgs += msgs;
+        self.send_check.after_miss();
         core.run_send(now, 0, m, self);
         core.drain(now, self);
         self.predict.refresh(core);
@@ -289,7 +382,7 @@ impl Accelerator {
 
     /// A fast-path send whose retransmission copies are taken now (several layers want one,
     /// or layers that do not predict kept theirs) or whose body a layer transforms (sealing)
-    /// before it goes out. `verify`: as for [`send_body`](Self::send_body).
+    /// before it goes out. `verify` and the result: as for [`send_body`](Self::send_body).
     #[inline(never)]
     fn send_passed_general<S: LayerSet>(
         &mut self,
@@ -297,7 +390,7 @@ impl Accelerator {
         now: Time,
         mut m: Msg,
         verify: Option<&Msg>,
-    ) {
+    ) -> Option<&'static str> {
         for &i in &self.shape.send_unpredicted {
             if let Some(c) = core.kept_copy(i) {
                 self.pending.copies.push((i, c));
@@ -311,7 +404,7 @@ impl Accelerator {
             let above = self.shape.transform.partition_point(|&t| t < i);
             if above > transformed {
                 if !self.transform_send(core, now, &mut m, transformed..above) {
-                    return;
+                    return None;
                 }
                 transformed = above;
             }
@@ -320,12 +413,21 @@ impl Accelerator {
         }
         let all = self.shape.transform.len();
         if all > transformed && !self.transform_send(core, now, &mut m, transformed..all) {
-            return;
+            return None;
         }
         if let Some(body) = verify {
-            predict::check_send(&self.predict, core, now, &m, body.data());
+            if let Some(liar) = self.check_send(core, now, &m, body) {
+                // Nothing of this send is kept: not the datagram, not the copies taken for
+                // it (the only ones pending: a fast send starts with none).
+                core.pool().free(m);
+                for (_, c) in self.pending.copies.drain(..) {
+                    core.pool().free(c);
+                }
+                return Some(liar);
+            }
         }
         self.send_passed(core, m, None);
+        None
     }
 
     /// Put a message that passed the send filter on the link and leave its post-processing
@@ -549,8 +651,9 @@ impl Accelerator {
             self.deliver_missed(core, now, m, Miss::Unpredicted, transformed);
             return;
         }
-        if self.verify {
-            predict::check_deliver(core, now, &m, transformed);
+        if !self.deliver_check.pass() && !self.deliver_sampled(core, now, &m, transformed) {
+            self.deliver_missed(core, now, m, Miss::Distrusted, transformed);
+            return;
         }
         let h = &m.data()[..hl];
         let packed = self.packed.get(h);
@@ -564,6 +667,36 @@ impl Accelerator {
             return;
         }
         self.deliver_packed(core, m);
+    }
+
+    /// A fast-path delivery the delivery sampler did not let through: whether it may go on
+    /// (unchecked, or checked against the layered path and accepted there); `false` once the
+    /// delivery direction is distrusted, or when the check caught a layer mispredicting
+    /// (which distrusts it). Nothing of the delivery is committed yet.
+    #[cold]
+    #[inline(never)]
+    fn deliver_sampled<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: &Msg,
+        transformed: usize,
+    ) -> bool {
+        match self.deliver_check.sample() {
+            Sample::Skip => true,
+            Sample::Distrusted => false,
+            Sample::Check => {
+                self.stats.checked_deliveries += 1;
+                let panic = self.deliver_check.panics();
+                match predict::check_deliver(core, now, m, transformed, panic) {
+                    None => true,
+                    Some(layer) => {
+                        self.distrust(false, layer);
+                        false
+                    }
+                }
+            }
+        }
     }
 
     /// Run the pre-deliveries of the layers that do not predict; `false` if one refuses.
@@ -653,6 +786,7 @@ impl Accelerator {
         hdr: &HeaderCopy,
         from: usize,
     ) {
+        self.deliver_check.after_miss();
         for j in from..core.layers().count() {
             core.post_deliver(now, j, hdr, Handoff::Passed { copy: None });
         }

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`preamble`] | §2.2, Figure 1 | the 8-byte preamble: identification bit, byte order, cookie |
 //! | `cookie` | §2.2 | connection identification and cookies: framing and admitting datagrams |
-//! | `predict` | §3.2 | predicted send and delivery headers; the debug check against the layered path |
+//! | `predict` | §3.2 | predicted send and delivery headers; the check against the layered path ([`FastPathCheck`]) |
 //! | `filters` | §3.3 | the send and delivery packet filters built from the layers' segments |
 //! | `deferred` | §3.1 | deferred post-processing, and the retransmission copy taken after sending |
 //! | `pack` | §3.4 | the backlog and message packing |
@@ -30,6 +30,7 @@ mod stats;
 
 pub use crate::filter::{MISS_FILTER, MISS_FRAGMENT};
 pub use pack::unpack_ranges;
+pub use predict::{FastPathCheck, CHECK_AFTER_MISS, CHECK_FIRST, CHECK_PERIOD};
 pub use stats::{AccelStats, Miss};
 
 pub(crate) use cookie::{declare, PaFields};
@@ -48,7 +49,7 @@ use deferred::Pending;
 use fastpath::Shape;
 use filters::Filters;
 use pack::Backlog;
-use predict::Predictions;
+use predict::{Predictions, Sampler};
 
 /// How long after an operation its deferred post-processing falls due in
 /// [`Connection::poll_timeout`](crate::Connection::poll_timeout). The next operation runs it
@@ -68,9 +69,9 @@ pub(crate) struct AccelConfig {
     pub(crate) initiator: bool,
     /// This end's cookie (random when `None`).
     pub(crate) cookie: Option<u64>,
-    /// Check every fast-path send and delivery against the layered path, panicking with the
-    /// name of a layer that mispredicts ([`crate::Config::verify_fast_path`]).
-    pub(crate) verify: bool,
+    /// Which fast-path sends and deliveries to check against the layered path, and what a
+    /// failed check does ([`crate::Config::fast_path_check`]).
+    pub(crate) check: FastPathCheck,
 }
 
 /// The accelerator of one connection (seed 004 Table 3, both directions).
@@ -87,8 +88,10 @@ pub(crate) struct Accelerator {
     order: ByteOrder,
     /// The time of the latest operation: deferred work is due from then.
     last: Time,
-    /// See [`AccelConfig::verify`].
-    verify: bool,
+    /// Which fast-path sends to check against the layered path ([`AccelConfig::check`]).
+    send_check: Sampler,
+    /// Which fast-path deliveries to check.
+    deliver_check: Sampler,
     stats: AccelStats,
 }
 
@@ -121,7 +124,8 @@ impl Accelerator {
             header_len: hl,
             order: layout.order(),
             last: Time::ZERO,
-            verify: cfg.verify,
+            send_check: Sampler::new(cfg.check),
+            deliver_check: Sampler::new(cfg.check),
             stats: AccelStats::default(),
         };
         pa.refresh_template(core);

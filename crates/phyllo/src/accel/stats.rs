@@ -15,17 +15,24 @@ pub enum Miss {
     /// A layer that does not predict its header refused the message in its pre-phase, which
     /// the fast path runs for it (see [`crate::Layer::predicts`]).
     Unpredicted,
+    /// This direction's fast path is off for good: a check against the layered path
+    /// ([`FastPathCheck::Sampled`](super::FastPathCheck::Sampled)) caught a layer
+    /// mispredicting, named in [`AccelStats::distrusted_send`] or
+    /// [`AccelStats::distrusted_deliver`]. Counts the message the check caught and every
+    /// later one: every send, and every delivery that passed the fast path's other checks.
+    Distrusted,
 }
 
 impl Miss {
     /// Every reason, in the order of [`AccelStats::send_miss`] and
     /// [`AccelStats::deliver_miss`].
-    pub const ALL: [Miss; 5] = [
+    pub const ALL: [Miss; 6] = [
         Miss::Disabled,
         Miss::Filter,
         Miss::Fragment,
         Miss::Mismatch,
         Miss::Unpredicted,
+        Miss::Distrusted,
     ];
 
     fn index(self) -> usize {
@@ -47,9 +54,20 @@ pub struct AccelStats {
     /// Datagrams received that took the fast path.
     pub fast_deliver_datagrams: u64,
     /// Send misses by reason, indexed like [`Miss::ALL`].
-    pub send_miss: [u64; 5],
+    pub send_miss: [u64; Miss::ALL.len()],
     /// Delivery misses by reason, indexed like [`Miss::ALL`].
-    pub deliver_miss: [u64; 5],
+    pub deliver_miss: [u64; Miss::ALL.len()],
+    /// Fast-path sends checked against the layered path
+    /// ([`Config::fast_path_check`](crate::Config::fast_path_check)).
+    pub checked_sends: u64,
+    /// Fast-path deliveries checked against the layered path.
+    pub checked_deliveries: u64,
+    /// The layer a check caught mispredicting a send, after which every send took the
+    /// layered path ([`Miss::Distrusted`]); `None` while the send fast path is trusted.
+    pub distrusted_send: Option<&'static str>,
+    /// The layer a check caught mispredicting a delivery (its pre-delivery refused what the
+    /// fast path accepted), after which deliveries take the layered path.
+    pub distrusted_deliver: Option<&'static str>,
     /// Datagrams dropped: unknown cookie without identification.
     pub unknown_cookie: u64,
     /// Datagrams dropped: identification of another connection.
