@@ -268,8 +268,8 @@ pub struct Connection<S: LayerSet = DynStack> {
     core: Core<S>,
     pa: Option<Box<Accelerator>>,
     max_message: usize,
-    /// The lowest layer that needs keys (the one that authenticates datagrams), if any.
-    keyed: Option<usize>,
+    /// Whether a layer needs keys (one authenticates datagrams).
+    keyed: bool,
 }
 
 /// A connection over a dynamic stack.
@@ -318,9 +318,7 @@ impl<S: LayerSet> Connection<S> {
                 Layout::per_layer_aligned(reg.specs(), n, 4)
             }
         })?;
-        let keyed = (0..core.layers().count())
-            .rev()
-            .find(|&i| core.layers().needs_keys_at(i));
+        let keyed = core.has_keyed_layer();
         let mut c = Connection {
             core,
             pa: None,
@@ -460,28 +458,6 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
-    /// Refusals so far: `(before, all)`, where `before` counts those before the keyed layer
-    /// passed a datagram (the accelerator's admission, truncation, and the drops of the keyed
-    /// layer and the layers below it) and `all` every refusal. Without a keyed layer both
-    /// are the same. A datagram's [`Received`] is what it added to them: a few loads, since
-    /// every layer keeps its total.
-    #[inline(always)]
-    fn refusals(&self) -> (u64, u64) {
-        let s = self.core.stats();
-        let (admit, after) = self.pa.as_ref().map_or((0, 0), |pa| {
-            let a = pa.stats();
-            (
-                a.unknown_cookie + a.unknown_conn + a.truncated,
-                a.bad_packing,
-            )
-        });
-        let k = self.keyed.unwrap_or(0);
-        let above: u64 = s.layers[..k].iter().map(|(_, c)| c.total()).sum();
-        let below: u64 = s.layers[k..].iter().map(|(_, c)| c.total()).sum();
-        let before = s.truncated + admit + below;
-        (before, before + above + after)
-    }
-
     /// Handle a datagram from the link (copied into a pooled buffer); what it did.
     pub fn handle_datagram(&mut self, now: Time, data: &[u8]) -> Received {
         let m = self.core.pool().alloc_copy(data);
@@ -491,16 +467,16 @@ impl<S: LayerSet> Connection<S> {
     /// Handle a datagram already in a [`Msg`] (e.g. from [`alloc`](Self::alloc)); what it did.
     #[inline]
     pub fn handle_msg(&mut self, now: Time, m: Msg) -> Received {
-        let (before, all) = self.refusals();
+        let before = self.core.refusals();
         self.core.stats_mut().datagrams_in += 1;
         match self.pa.as_deref_mut() {
             Some(pa) => pa.receive(&mut self.core, now, m),
             None => self.core.receive(now, m, &mut Bare),
         }
-        let (before_now, all_now) = self.refusals();
-        if all_now == all {
+        let after = self.core.refusals();
+        if after.all == before.all {
             Received::Accepted
-        } else if before_now == before && self.keyed.is_some() {
+        } else if after.unauthenticated == before.unauthenticated && self.keyed {
             Received::FreshRefused
         } else {
             Received::Refused

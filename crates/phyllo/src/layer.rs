@@ -404,6 +404,7 @@ pub struct Cx<'a> {
     pub(crate) queue: &'a mut std::collections::VecDeque<(Origin, Msg)>,
     pub(crate) timer: &'a mut Option<Time>,
     pub(crate) counters: &'a mut LayerCounters,
+    pub(crate) refusals: &'a mut crate::layered::Refusals,
     pub(crate) disable: &'a mut [u32; 2],
     pub(crate) template: &'a [u8],
 }
@@ -517,9 +518,11 @@ impl<'a> Cx<'a> {
         self.disable[1] = self.disable[1].saturating_sub(1);
     }
 
-    /// Count a drop decided in a post-phase.
+    /// Count a drop decided in a post-phase (of received input: a duplicate, an evicted
+    /// reassembly).
     pub fn count_drop(&mut self, r: DropReason) {
-        self.counters.count(r)
+        self.counters.count(r);
+        self.refusals.at(self.layer);
     }
 }
 

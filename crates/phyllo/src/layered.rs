@@ -60,6 +60,37 @@ impl Stats {
     }
 }
 
+/// Datagrams refused since the connection was built, counted where they are refused, so that
+/// a connection tells what one datagram did ([`Received`](crate::Received)) from two numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refusals {
+    /// Every refusal of received input.
+    pub(crate) all: u64,
+    /// Those before the keyed layer passed the datagram: at that layer or below it, or
+    /// before the stack (truncated, not admitted). Every refusal, without a keyed layer.
+    pub(crate) unauthenticated: u64,
+    /// The keyed layer's index (the lowest layer that needs keys), or 0 without one.
+    pub(crate) keyed_from: usize,
+}
+
+impl Refusals {
+    /// A refusal at layer `i` (the stack's layer count: before the stack).
+    #[inline(always)]
+    pub(crate) fn at(&mut self, i: usize) {
+        self.all += 1;
+        if i >= self.keyed_from {
+            self.unauthenticated += 1;
+        }
+    }
+
+    /// A refusal above the stack, after every layer passed the datagram (a packed body
+    /// whose lengths lie).
+    #[inline(always)]
+    pub(crate) fn above(&mut self) {
+        self.all += 1;
+    }
+}
+
 /// What stands at the core's two ends.
 pub(crate) trait Edge {
     /// A datagram (header area and body) leaves the bottom of the stack for the link: frame
@@ -73,11 +104,18 @@ pub(crate) trait Edge {
     }
 
     /// A message leaves the top of the stack: `header` is its header area (already popped
-    /// from `body`). Hand what the application gets to `to_app`; returns how many.
-    fn arrive(&mut self, header: &[u8], body: Msg, pool: &mut Pool, to_app: &mut Ready) -> u64 {
+    /// from `body`). Hand what the application gets to `to_app`; returns how many, or `None`
+    /// if the edge refused it (counted by the edge).
+    fn arrive(
+        &mut self,
+        header: &[u8],
+        body: Msg,
+        pool: &mut Pool,
+        to_app: &mut Ready,
+    ) -> Option<u64> {
         let _ = (header, pool);
         to_app.push(body);
-        1
+        Some(1)
     }
 }
 
@@ -110,6 +148,8 @@ pub(crate) struct Core<S: LayerSet> {
     /// The byte order the datagram being delivered was written in (an edge may convert
     /// headers to the layout's order; the covered checksum needs the sender's).
     rx_wire: ByteOrder,
+    /// Received input refused so far.
+    refusals: Refusals,
 }
 
 impl<S: LayerSet> Core<S> {
@@ -135,6 +175,7 @@ impl<S: LayerSet> Core<S> {
             layers.init_at(i, reg, &cx);
         }
         let layout = layout(reg, n)?;
+        let keyed_from = (0..n).rev().find(|&i| layers.needs_keys_at(i)).unwrap_or(0);
         let stats = Stats {
             layers: (0..n)
                 .map(|i| (layers.name_at(i), LayerCounters::default()))
@@ -157,6 +198,10 @@ impl<S: LayerSet> Core<S> {
             stats,
             max_queue,
             disable: [0; 2],
+            refusals: Refusals {
+                keyed_from,
+                ..Refusals::default()
+            },
         })
     }
 
@@ -406,6 +451,7 @@ impl<S: LayerSet> Core<S> {
                 queue: &mut self.queue,
                 timers: &mut self.timers,
                 counters: &mut self.stats.layers,
+                refusals: &mut self.refusals,
                 disable: &mut self.disable,
                 template: &self.template.bytes,
                 kept: &mut self.kept,
@@ -453,9 +499,40 @@ impl<S: LayerSet> Core<S> {
         });
     }
 
-    /// Count a drop of layer `i`'s.
+    /// Count a drop of layer `i`'s on the send path.
     pub(crate) fn count_drop(&mut self, i: usize, r: DropReason) {
         self.stats.layers[i].1.count(r);
+    }
+
+    /// Count a refusal of received input by layer `i`.
+    pub(crate) fn count_refusal(&mut self, i: usize, r: DropReason) {
+        self.stats.layers[i].1.count(r);
+        self.refusals.at(i);
+    }
+
+    /// Count a refusal of received input before the stack (not admitted by the edge).
+    #[inline]
+    pub(crate) fn refuse_before(&mut self) {
+        let n = self.stats.layers.len();
+        self.refusals.at(n);
+    }
+
+    /// Count a refusal of received input above the stack (by the edge, after every layer
+    /// passed it).
+    #[inline]
+    pub(crate) fn refuse_above(&mut self) {
+        self.refusals.above();
+    }
+
+    /// Received input refused so far.
+    #[inline(always)]
+    pub(crate) fn refusals(&self) -> Refusals {
+        self.refusals
+    }
+
+    /// Whether the stack has a keyed layer.
+    pub(crate) fn has_keyed_layer(&self) -> bool {
+        (0..self.layers.count()).any(|i| self.layers.needs_keys_at(i))
     }
 
     /// Queue a finished datagram for the link (the oldest goes to the edge if the queue is
@@ -531,13 +608,15 @@ impl<S: LayerSet> Core<S> {
         let hl = self.layout.header_len();
         let hdr = HeaderCopy::of(&m, hl);
         m.pop_front(hl);
-        let n = edge.arrive(
+        match edge.arrive(
             &hdr.bytes[..hdr.len],
             m,
             &mut self.pool,
             &mut self.delivered,
-        );
-        self.stats.delivered += n;
+        ) {
+            Some(n) => self.stats.delivered += n,
+            None => self.refuse_above(),
+        }
     }
 
     /// The next message for the application.
@@ -569,6 +648,7 @@ impl<S: LayerSet> Core<S> {
         let hl = self.layout.header_len();
         if m.len() < hl {
             self.stats.truncated += 1;
+            self.refuse_before();
             self.pool.free(m);
             return;
         }
@@ -586,7 +666,7 @@ impl<S: LayerSet> Core<S> {
                 self.post_deliver(now, i, &hdr, Handoff::Absorbed(m));
             }
             Some((i, Verdict::Drop(r))) => {
-                self.stats.layers[i].1.count(r);
+                self.count_refusal(i, r);
                 self.pool.free(m);
             }
             Some((_, Verdict::Continue)) => self.pool.free(m), // never: Continue does not stop

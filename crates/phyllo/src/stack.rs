@@ -157,6 +157,7 @@ pub struct PostParts<'a> {
     pub(crate) queue: &'a mut VecDeque<(Origin, Msg)>,
     pub(crate) timers: &'a mut [Option<Time>],
     pub(crate) counters: &'a mut [(&'static str, LayerCounters)],
+    pub(crate) refusals: &'a mut crate::layered::Refusals,
     pub(crate) disable: &'a mut [u32; 2],
     pub(crate) template: &'a [u8],
     pub(crate) kept: &'a mut Vec<(usize, Msg)>,
@@ -174,6 +175,7 @@ impl PostParts<'_> {
             queue: self.queue,
             timer: self.timers.get_mut(i)?,
             counters: &mut self.counters.get_mut(i)?.1,
+            refusals: self.refusals,
             disable: self.disable,
             template: self.template,
         })

@@ -556,6 +556,7 @@ impl Accelerator {
                     Refused::UnknownCookie => self.stats.unknown_cookie += 1,
                     Refused::UnknownConn => self.stats.unknown_conn += 1,
                 }
+                core.refuse_before();
                 core.pool().free(m);
             }
             Ok(a) => {
@@ -727,6 +728,7 @@ impl Accelerator {
             }
             None => {
                 self.stats.bad_packing += 1;
+                core.refuse_above();
                 core.pool().free(body);
             }
         }
@@ -768,7 +770,7 @@ impl Accelerator {
         let hdr = HeaderCopy::of(&m, self.header_len);
         match v {
             Verdict::Drop(r) => {
-                core.count_drop(i, r);
+                core.count_refusal(i, r);
                 core.pool().free(m);
             }
             _ => core.post_deliver(now, i, &hdr, Handoff::Absorbed(m)),

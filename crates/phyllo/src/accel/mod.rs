@@ -283,7 +283,13 @@ impl Edge for Accelerator {
     }
 
     /// A message the layered path delivers: unpacked if packed.
-    fn arrive(&mut self, header: &[u8], body: Msg, pool: &mut Pool, to_app: &mut Ready) -> u64 {
+    fn arrive(
+        &mut self,
+        header: &[u8],
+        body: Msg,
+        pool: &mut Pool,
+        to_app: &mut Ready,
+    ) -> Option<u64> {
         let packed = self.packed.get(header);
         let n = if !packed {
             to_app.push(body);
@@ -294,9 +300,9 @@ impl Edge for Accelerator {
         } else {
             self.stats.bad_packing += 1;
             pool.free(body);
-            0
+            return None;
         };
         self.stats.slow_deliver_msgs += n;
-        n
+        Some(n)
     }
 }
