@@ -141,6 +141,7 @@ fn a_layer_without_predictions_works_under_the_accelerator() {
 }
 
 #[test]
+#[cfg(debug_assertions)]
 #[should_panic(expected = "layer `liar`")]
 fn a_layer_that_mispredicts_is_named() {
     let mut p = pair(true);
@@ -415,4 +416,31 @@ fn debug_builds_check_every_operation() {
         Config::accelerated(Role::Initiator).fast_path_check,
         FastPathCheck::Every
     );
+}
+
+/// Release builds (CI runs this file with `cargo test --release`): the default configuration
+/// catches the audit's liar on a lossy link, names it in a counter, and loses nothing.
+#[test]
+#[cfg(not(debug_assertions))]
+fn release_builds_catch_a_liar_by_default_and_lose_nothing() {
+    assert_eq!(FastPathCheck::DEFAULT, FastPathCheck::Sampled);
+    let msgs = messages();
+    for seed in 0..6 {
+        let stack = || -> DynStack {
+            vec![
+                Box::new(Numbered::new(true)),
+                Box::new(Window::new(16)),
+                Box::new(Checksum::new()),
+            ]
+        };
+        let mut p = Pair::new(
+            Connection::new(stack(), Config::accelerated(Role::Initiator)).unwrap(),
+            Connection::new(stack(), Config::accelerated(Role::Responder)).unwrap(),
+            lossy(seed),
+        );
+        assert_eq!(exchange(&mut p, &msgs), msgs, "seed {seed}");
+        let a = p.a.accel_stats().unwrap();
+        assert_eq!(a.distrusted_send, Some("liar"), "seed {seed}: {a:?}");
+        assert!(a.send_misses(Miss::Distrusted) > 0, "seed {seed}");
+    }
 }
