@@ -37,6 +37,33 @@ fn endpoint(
     )
 }
 
+/// A server (node `server`, at `addr(1)`) that allows a client (node `client`, `addr(2)`) on
+/// one simulated network, both on `cfg`.
+struct Two {
+    net: SessionNet,
+    server: usize,
+    client: usize,
+    ck: StaticKey,
+    sk: StaticKey,
+}
+
+fn two(cfg: &SessionConfig, faults: Faults, seed: u64) -> Two {
+    let (ck, sk) = (
+        StaticKey::generate().unwrap(),
+        StaticKey::generate().unwrap(),
+    );
+    let mut net: SessionNet = SessionNet::new(faults, seed);
+    let server = net.add(addr(1), endpoint(&sk, &[ck.public()], cfg.clone(), 1));
+    let client = net.add(addr(2), endpoint(&ck, &[], cfg.clone(), 2));
+    Two {
+        net,
+        server,
+        client,
+        ck,
+        sk,
+    }
+}
+
 /// A simulated configuration: the clock is virtual, so the epoch is given.
 fn sim(accel: bool, cfg: SessionConfig) -> SessionConfig {
     SessionConfig {
@@ -151,13 +178,13 @@ fn low_rekey_limits_and_restarts_strand_no_message() {
                 },
             );
             let bound = cfg.delivery_bound();
-            let (ck, sk) = (
-                StaticKey::generate().unwrap(),
-                StaticKey::generate().unwrap(),
-            );
-            let mut net: SessionNet = SessionNet::new(faults, seed);
-            let server = net.add(addr(1), endpoint(&sk, &[ck.public()], cfg.clone(), 1));
-            let client = net.add(addr(2), endpoint(&ck, &[], cfg.clone(), 2));
+            let Two {
+                mut net,
+                server,
+                client,
+                ck,
+                sk,
+            } = two(&cfg, faults, seed);
             let stop_c = Time(rng.random_range(100_000_000..1_500_000_000));
             let stop_s = Time(rng.random_range(100_000_000..1_500_000_000));
             let restart = (seed % 3 == 0).then(|| Time(rng.random_range(50_000_000..stop_c.0)));
@@ -285,13 +312,13 @@ fn a_stream_that_stops_at_the_key_limit_is_delivered_without_another_send() {
                 ..SessionConfig::default()
             },
         );
-        let (ck, sk) = (
-            StaticKey::generate().unwrap(),
-            StaticKey::generate().unwrap(),
-        );
-        let mut net: SessionNet = SessionNet::new(Faults::none(Duration::from_millis(5)), 7);
-        let server = net.add(addr(1), endpoint(&sk, &[ck.public()], cfg.clone(), 1));
-        let client = net.add(addr(2), endpoint(&ck, &[], cfg.clone(), 2));
+        let Two {
+            mut net,
+            server,
+            client,
+            ck: _,
+            sk,
+        } = two(&cfg, Faults::none(Duration::from_millis(5)), 7);
         let p = net.nodes[client]
             .ep
             .connect(Time::ZERO, sk.public(), addr(1));
@@ -350,13 +377,13 @@ fn messages_waiting_for_a_rekey_count_for_dead_peer_detection() {
                 loss: 0.2,
                 ..Faults::none(Duration::from_millis(10))
             };
-            let (ck, sk) = (
-                StaticKey::generate().unwrap(),
-                StaticKey::generate().unwrap(),
-            );
-            let mut net: SessionNet = SessionNet::new(faults, seed);
-            let server = net.add(addr(1), endpoint(&sk, &[ck.public()], cfg.clone(), 1));
-            let client = net.add(addr(2), endpoint(&ck, &[], cfg.clone(), 2));
+            let Two {
+                mut net,
+                server,
+                client,
+                ck,
+                sk,
+            } = two(&cfg, faults, seed);
             let p = net.nodes[client]
                 .ep
                 .connect(Time::ZERO, sk.public(), addr(1));
