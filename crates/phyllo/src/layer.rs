@@ -394,6 +394,37 @@ impl LayerCounters {
     }
 }
 
+/// Datagrams refused since the connection was built, counted where they are refused, so that
+/// a connection tells what one datagram did ([`Received`](crate::Received)) from two numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refusals {
+    /// Every refusal of received input.
+    pub(crate) all: u64,
+    /// Those before the keyed layer passed the datagram: at that layer or below it, or
+    /// before the stack (truncated, not admitted). Every refusal, without a keyed layer.
+    pub(crate) unauthenticated: u64,
+    /// The keyed layer's index (the lowest layer that needs keys), or 0 without one.
+    pub(crate) keyed_from: usize,
+}
+
+impl Refusals {
+    /// A refusal at layer `i` (the stack's layer count: before the stack).
+    #[inline(always)]
+    pub(crate) fn at(&mut self, i: usize) {
+        self.all += 1;
+        if i >= self.keyed_from {
+            self.unauthenticated += 1;
+        }
+    }
+
+    /// A refusal above the stack, after every layer passed the datagram (a packed body
+    /// whose lengths lie).
+    #[inline(always)]
+    pub(crate) fn above(&mut self) {
+        self.all += 1;
+    }
+}
+
 /// What a post-phase or timer handler may do: allocate, originate messages, set its timer,
 /// count drops.
 pub struct Cx<'a> {
@@ -404,7 +435,7 @@ pub struct Cx<'a> {
     pub(crate) queue: &'a mut std::collections::VecDeque<(Origin, Msg)>,
     pub(crate) timer: &'a mut Option<Time>,
     pub(crate) counters: &'a mut LayerCounters,
-    pub(crate) refusals: &'a mut crate::layered::Refusals,
+    pub(crate) refusals: &'a mut Refusals,
     pub(crate) disable: &'a mut [u32; 2],
     pub(crate) template: &'a [u8],
 }

@@ -17,7 +17,7 @@
 
 use crate::field::ByteOrder;
 use crate::layer::{
-    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Verdict,
+    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Refusals, Verdict,
 };
 use crate::layout::{FieldRegistry, Layout};
 use crate::msg::{Msg, Pool};
@@ -57,37 +57,6 @@ impl Stats {
     /// Drops for `reason`, all layers.
     pub fn drops(&self, reason: DropReason) -> u64 {
         self.layers.iter().map(|(_, c)| c.drops(reason)).sum()
-    }
-}
-
-/// Datagrams refused since the connection was built, counted where they are refused, so that
-/// a connection tells what one datagram did ([`Received`](crate::Received)) from two numbers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Refusals {
-    /// Every refusal of received input.
-    pub(crate) all: u64,
-    /// Those before the keyed layer passed the datagram: at that layer or below it, or
-    /// before the stack (truncated, not admitted). Every refusal, without a keyed layer.
-    pub(crate) unauthenticated: u64,
-    /// The keyed layer's index (the lowest layer that needs keys), or 0 without one.
-    pub(crate) keyed_from: usize,
-}
-
-impl Refusals {
-    /// A refusal at layer `i` (the stack's layer count: before the stack).
-    #[inline(always)]
-    pub(crate) fn at(&mut self, i: usize) {
-        self.all += 1;
-        if i >= self.keyed_from {
-            self.unauthenticated += 1;
-        }
-    }
-
-    /// A refusal above the stack, after every layer passed the datagram (a packed body
-    /// whose lengths lie).
-    #[inline(always)]
-    pub(crate) fn above(&mut self) {
-        self.all += 1;
     }
 }
 

@@ -157,7 +157,7 @@ pub struct PostParts<'a> {
     pub(crate) queue: &'a mut VecDeque<(Origin, Msg)>,
     pub(crate) timers: &'a mut [Option<Time>],
     pub(crate) counters: &'a mut [(&'static str, LayerCounters)],
-    pub(crate) refusals: &'a mut crate::layered::Refusals,
+    pub(crate) refusals: &'a mut crate::layer::Refusals,
     pub(crate) disable: &'a mut [u32; 2],
     pub(crate) template: &'a [u8],
     pub(crate) kept: &'a mut Vec<(usize, Msg)>,
