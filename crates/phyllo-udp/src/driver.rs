@@ -269,7 +269,7 @@ impl<S: LayerSet> UdpDriver<S> {
     }
 
     /// The time the driver last read from the clock: when a busy wait ([`recv_busy`]) last
-    /// looked (at most [`IDLE_CLOCK_SPINS`] receives before it returned) or later.
+    /// looked (at most `IDLE_CLOCK_SPINS` (16) receives before it returned) or later.
     ///
     /// [`recv_busy`]: UdpDriver::recv_busy
     pub fn recent(&self) -> Time {
@@ -278,7 +278,7 @@ impl<S: LayerSet> UdpDriver<S> {
 
     /// Busy-poll until a message is delivered or `deadline` passes.
     ///
-    /// The clock is read when the wait starts and then every [`IDLE_CLOCK_SPINS`] receives,
+    /// The clock is read when the wait starts and then every `IDLE_CLOCK_SPINS` (16) receives,
     /// never right after a datagram arrives: a single datagram is handled at the time of the
     /// last read, at most that many receives old (~6 µs; bursts, received in batches,
     /// read the clock as they come), which keeps a clock read (~25 ns) off the critical path

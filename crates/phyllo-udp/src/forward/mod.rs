@@ -1,7 +1,7 @@
 //! A forwarder — seed 002's router (§6) — between UDP sockets, run either on the receive
 //! [`engine`](crate::engine) or as 4.2BSD's interrupt-driven structure with real threads and
 //! real priorities; with an optional user-level stage (`screend` or a passive monitor,
-//! [`stage`]); and the load that measures it ([`trial`]: a paced generator, a sink, hosts on
+//! `stage`); and the load that measures it ([`trial`](mod@trial): a paced generator, a sink, hosts on
 //! loopback or in network namespaces). The report's `engine` experiment measures delivered
 //! against offered rate for both designs on this machine.
 //!
