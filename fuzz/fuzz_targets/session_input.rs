@@ -6,9 +6,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::session::endpoint::{Input, SessionConfig, SessionEndpoint};
+use phyllo::session::endpoint::{Input, SessionEndpoint};
 use phyllo::session::StaticKey;
-use phyllo::{Connection, Time};
+use phyllo::Time;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
@@ -23,16 +23,13 @@ fn keys() -> &'static (StaticKey, StaticKey) {
 }
 
 fn endpoint(k: &StaticKey, allowed: Vec<phyllo::session::PublicKey>) -> SessionEndpoint {
-    SessionEndpoint::new(
-        k.clone(),
-        allowed,
-        SessionConfig {
-            accelerate: true,
-            ..SessionConfig::default()
-        },
-        Box::new(|c| Connection::from_spec("frag(1400):window(16):seal", c)),
-        [9; 32],
-    )
+    SessionEndpoint::builder(k.clone())
+        .allow_all(allowed)
+        .stack("frag(1400):window(16):seal")
+        .accelerate(true)
+        .seed([9; 32])
+        .build()
+        .expect("a stack with seal")
 }
 
 fn exchange(s: &mut SessionEndpoint, c: &mut SessionEndpoint, now: Time) {

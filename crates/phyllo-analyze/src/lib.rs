@@ -1,6 +1,6 @@
 //! Architecture analyzer: traces, cache and timing models, instruction analysis.
 //!
-//! DESIGN.md §6, after seed 003 (Xie, Zhao & Bhuyan, *Architectural analysis and
+//! After seed 003 (Xie, Zhao & Bhuyan, *Architectural analysis and
 //! instruction-set optimization for design of network protocol processors*) with the
 //! measurement vocabulary of seed 000 (Mosberger et al.: trace length, CPI, iCPI, mCPI).
 //! This host has no hardware performance counters: valgrind is the instrument, and these

@@ -1,4 +1,4 @@
-//! Cross-checks of the architecture analyzer against valgrind's own tools (DESIGN.md §6).
+//! Cross-checks of the architecture analyzer against valgrind's own tools.
 //!
 //! - L1I and L1D misses of phyllo's cachegrind-compatible mode agree with cachegrind within
 //!   1 % for three geometries. Cachegrind 3.19 cannot restrict itself to a region, so both

@@ -1,6 +1,6 @@
 //! `UdpDriver`: a thin driver that runs a sans-IO [`Connection`] over a [`UdpLink`].
 //!
-//! DESIGN.md Principles: the protocol core never touches a socket or a clock; this is where
+//! The protocol core never touches a socket or a clock; this is where
 //! they meet. A poll receives whatever datagrams are queued (one `recvmmsg`), hands each to
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].

@@ -1,7 +1,7 @@
 //! Raw-UDP baselines on loopback: a ping-pong and a one-way stream with no phyllo code in the
 //! data path.
 //!
-//! DESIGN.md "Measuring": a timing is a ratio against a baseline measured in the same run. The
+//! A timing is a ratio against a baseline measured in the same run. The
 //! `rtt` and `stream` experiments run phyllo over UDP and divide by these numbers.
 //!
 //! - [`raw_pingpong`]: two sockets on `127.0.0.1`, an echo thread, both sides busy-polling

@@ -1,6 +1,6 @@
 //! The UDP link: real sockets, batched with `sendmmsg`/`recvmmsg`.
 //!
-//! DESIGN.md §1 (links). A [`UdpLink`] is one UDP socket bound to a local address and, usually,
+//! A [`UdpLink`] is one UDP socket bound to a local address and, usually,
 //! connected to a peer. Datagrams move in batches: [`UdpLink::send_batch`] is one `sendmmsg`
 //! call and every receive is one `recvmmsg` call into a [`RecvBatch`], which owns its buffers,
 //! lengths and source addresses, allocated once, so the steady state allocates nothing.

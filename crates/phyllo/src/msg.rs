@@ -1,6 +1,6 @@
 //! `Msg`, a byte buffer with headroom and tailroom, and the `Pool` it comes from.
 //!
-//! DESIGN.md §1: headers are pushed and popped in the headroom without copying the body, and
+//! Headers are pushed and popped in the headroom without copying the body, and
 //! buffers are recycled through a pool so that the steady state allocates nothing per message
 //! (the counting-allocator test in `tests/alloc.rs` proves it). A `Msg` owns its storage; it
 //! goes back to its pool with [`Pool::free`] (a connection's `recycle`). A message that is

@@ -8,7 +8,7 @@ use phyllo::harness::net::SessionNet;
 use phyllo::link::memlink::Faults;
 use phyllo::session::endpoint::{Drop, Event, SessionConfig, SessionEndpoint, SessionSendError};
 use phyllo::session::{PublicKey, StaticKey};
-use phyllo::{Connection, Time};
+use phyllo::Time;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
@@ -28,13 +28,13 @@ fn endpoint(
     cfg: SessionConfig,
     seed: u8,
 ) -> SessionEndpoint {
-    SessionEndpoint::new(
-        key.clone(),
-        allowed.iter().copied(),
-        cfg,
-        Box::new(|c| Connection::from_spec(SPEC, c)),
-        [seed; 32],
-    )
+    SessionEndpoint::builder(key.clone())
+        .allow_all(allowed.iter().copied())
+        .stack(SPEC)
+        .config(cfg)
+        .seed([seed; 32])
+        .build()
+        .unwrap()
 }
 
 /// A server (node `server`, at `addr(1)`) that allows a client (node `client`, `addr(2)`) on

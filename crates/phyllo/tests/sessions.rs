@@ -8,7 +8,7 @@ use phyllo::harness::net::SessionNet;
 use phyllo::link::memlink::Faults;
 use phyllo::session::endpoint::{EndReason, Event, PeerId, SessionConfig, SessionEndpoint, DATA};
 use phyllo::session::{PublicKey, StaticKey};
-use phyllo::{Connection, Time};
+use phyllo::Time;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,17 +31,17 @@ fn endpoint_with(
     seed: u8,
     cfg: SessionConfig,
 ) -> SessionEndpoint {
-    SessionEndpoint::new(
-        key.clone(),
-        allowed.iter().copied(),
-        SessionConfig {
+    SessionEndpoint::builder(key.clone())
+        .allow_all(allowed.iter().copied())
+        .stack(SPEC)
+        .config(SessionConfig {
             accelerate: accel,
             epoch_ns: Some(EPOCH),
             ..cfg
-        },
-        Box::new(|c| Connection::from_spec(SPEC, c)),
-        [seed; 32],
-    )
+        })
+        .seed([seed; 32])
+        .build()
+        .unwrap()
 }
 
 struct World {

@@ -1,7 +1,7 @@
 //! The raw-UDP baselines as an experiment: loopback ping-pong latency by payload size and the
 //! one-way stream rate, with no phyllo code in the data path.
 //!
-//! DESIGN.md "Measuring": phyllo's UDP timings are reported as ratios against these numbers,
+//! phyllo's UDP timings are reported as ratios against these numbers,
 //! measured in the same run (the `rtt` and `stream` experiments rerun the baseline beside
 //! themselves; this section shows it on its own, by size).
 

@@ -22,9 +22,9 @@ use anyhow::{bail, Context, Result};
 use phyllo::harness::attack::{self, AttackConfig};
 use phyllo::harness::net::SessionNet;
 use phyllo::link::memlink::Faults;
-use phyllo::session::endpoint::{Event, SessionConfig, SessionEndpoint};
+use phyllo::session::endpoint::{Event, SessionEndpoint};
 use phyllo::session::StaticKey;
-use phyllo::{Connection, Time};
+use phyllo::Time;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -132,22 +132,18 @@ fn handshake_rtts() -> Result<f64> {
     let sk = StaticKey::generate()?;
     let ck = StaticKey::generate()?;
     let mk = |k: &StaticKey, allowed: Vec<_>, seed: u8| {
-        SessionEndpoint::new(
-            k.clone(),
-            allowed,
-            SessionConfig {
-                accelerate: true,
-                ..SessionConfig::default()
-            },
-            Box::new(|c| Connection::from_spec(STACK, c)),
-            [seed; 32],
-        )
+        SessionEndpoint::builder(k.clone())
+            .allow_all(allowed)
+            .stack(STACK)
+            .accelerate(true)
+            .seed([seed; 32])
+            .build()
     };
     let one_way = Duration::from_millis(1);
     let mut net: SessionNet = SessionNet::new(Faults::none(one_way), 1);
     let s_addr: SocketAddr = "10.0.0.1:1".parse()?;
-    net.add(s_addr, mk(&sk, vec![ck.public()], 1));
-    let c = net.add("10.0.0.2:1".parse()?, mk(&ck, vec![], 2));
+    net.add(s_addr, mk(&sk, vec![ck.public()], 1)?);
+    let c = net.add("10.0.0.2:1".parse()?, mk(&ck, vec![], 2)?);
     net.nodes[c].ep.connect(Time::ZERO, sk.public(), s_addr);
     net.run_until(Time::ZERO + Duration::from_secs(1));
     let Some((t, _)) = net.nodes[c]

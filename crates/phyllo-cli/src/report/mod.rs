@@ -1,6 +1,6 @@
 //! The report: every registered experiment, run in turn, written as one folder.
 //!
-//! DESIGN.md §7. An [`Experiment`] returns a [`Section`] of tables, plots, prose and named
+//! An [`Experiment`] returns a [`Section`] of tables, plots, prose and named
 //! figures; [`run_report`] runs them all with a progress bar and writes `index.md`,
 //! `index.html`, one SVG per plot and `results.json` (top-level `figures` map plus the machine
 //! the figures were measured on). An experiment that cannot run here returns

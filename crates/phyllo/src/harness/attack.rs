@@ -22,7 +22,6 @@
 
 use super::net::SessionNet;
 use crate::accel::preamble::{Preamble, PREAMBLE_LEN};
-use crate::conn::Connection;
 use crate::link::memlink::Faults;
 use crate::session::endpoint::{
     Drop, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER,
@@ -95,25 +94,35 @@ fn endpoint(
     allowed: Vec<crate::session::PublicKey>,
     cfg: &AttackConfig,
     seed: u64,
-) -> SessionEndpoint {
-    let spec = cfg.spec.clone();
+) -> Result<SessionEndpoint, AttackError> {
     let mut s = [0u8; 32];
     s[..8].copy_from_slice(&seed.to_le_bytes());
-    SessionEndpoint::new(
-        key.clone(),
-        allowed,
-        SessionConfig {
+    SessionEndpoint::builder(key.clone())
+        .allow_all(allowed)
+        .stack(&cfg.spec)
+        .config(SessionConfig {
             accelerate: cfg.accelerate,
             epoch_ns: Some(1_700_000_000_000_000_000),
             ..SessionConfig::default()
-        },
-        Box::new(move |c| Connection::from_spec(&spec, c)),
-        s,
-    )
+        })
+        .seed(s)
+        .build()
+        .map_err(AttackError::from)
+}
+
+/// The attack could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AttackError {
+    /// A key could not be made.
+    #[error(transparent)]
+    Handshake(#[from] crate::session::HandshakeError),
+    /// An endpoint could not be built (the configured stack).
+    #[error(transparent)]
+    Endpoint(#[from] crate::session::endpoint::EndpointBuildError),
 }
 
 /// Run the attack.
-pub fn run(cfg: &AttackConfig) -> Result<AttackReport, crate::session::HandshakeError> {
+pub fn run(cfg: &AttackConfig) -> Result<AttackReport, AttackError> {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let server_key = StaticKey::generate()?;
     let keys: Vec<StaticKey> = (0..=cfg.clients)
@@ -123,11 +132,11 @@ pub fn run(cfg: &AttackConfig) -> Result<AttackReport, crate::session::Handshake
     let allowed: Vec<_> = keys.iter().map(|k| k.public()).collect();
     let mut net: SessionNet = SessionNet::new(Faults::none(Duration::from_micros(200)), cfg.seed);
     let s_addr = addr(0, 1, 443);
-    let server = net.add(s_addr, endpoint(&server_key, allowed, cfg, cfg.seed));
+    let server = net.add(s_addr, endpoint(&server_key, allowed, cfg, cfg.seed)?);
     let mut clients = Vec::new();
     for (i, k) in keys.iter().take(cfg.clients).enumerate() {
         let a = addr(1, i as u8 + 1, 5000);
-        let n = net.add(a, endpoint(k, vec![], cfg, cfg.seed + 1 + i as u64));
+        let n = net.add(a, endpoint(k, vec![], cfg, cfg.seed + 1 + i as u64)?);
         clients.push((n, a));
     }
     net.wire = Some(Vec::new());
@@ -203,7 +212,7 @@ pub fn run(cfg: &AttackConfig) -> Result<AttackReport, crate::session::Handshake
     let newcomer_addr = addr(2, 1, 6000);
     let newcomer = net.add(
         newcomer_addr,
-        endpoint(&keys[cfg.clients], vec![], cfg, cfg.seed + 100),
+        endpoint(&keys[cfg.clients], vec![], cfg, cfg.seed + 100)?,
     );
     let flood_start = net.now;
     for i in 0..cfg.flood {

@@ -1,4 +1,4 @@
-//! The built-in layers (DESIGN.md §1): `window`, `frag`, `checksum`, `seal`.
+//! The built-in layers: `window`, `frag`, `checksum`, `seal`.
 
 mod checksum;
 mod frag;

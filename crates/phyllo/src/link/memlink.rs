@@ -1,6 +1,6 @@
 //! `memlink`: an in-process pair of datagram queues with seeded fault injection.
 //!
-//! DESIGN.md §1. Each direction is a queue ordered by arrival time on a virtual clock. A
+//! Each direction is a queue ordered by arrival time on a virtual clock. A
 //! datagram sent at `now` is lost, duplicated, corrupted (one random bit flipped) or delayed
 //! by extra time (which reorders it) with the configured probabilities; everything is drawn
 //! from a ChaCha-based generator seeded by the caller, so every schedule replays exactly.

@@ -184,6 +184,128 @@ impl Default for SessionConfig {
 /// Builds a session's connection from its configuration (keys and role filled in).
 pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError>>;
 
+/// The stack a [`SessionEndpoint::builder`] gives its sessions unless told otherwise:
+/// fragmentation, a reliable window of 64, authenticated encryption.
+pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";
+
+/// A session endpoint could not be built ([`SessionEndpointBuilder::build`]).
+#[derive(Debug, Error)]
+pub enum EndpointBuildError {
+    /// The stack spec does not parse.
+    #[error("stack `{spec}`: {source}")]
+    Stack {
+        /// The spec as given.
+        spec: String,
+        /// Why it does not parse.
+        source: crate::stack::SpecError,
+    },
+    /// The stack has no layer that authenticates datagrams (`seal`): a session's datagrams
+    /// must be authenticated before they change anything.
+    #[error("stack `{0}` has no keyed layer (`seal`): sessions need authenticated datagrams")]
+    Unauthenticated(String),
+    /// The system's random source failed (session indices and cookie secrets come from it).
+    #[error("no randomness: {0}")]
+    Random(String),
+}
+
+/// Builds a [`SessionEndpoint`] over a dynamic stack: this end's static key, the peers it
+/// accepts, the stack every session runs, and its settings.
+///
+/// ```
+/// use phyllo::session::endpoint::SessionEndpoint;
+/// use phyllo::session::StaticKey;
+///
+/// let server_key = StaticKey::generate()?;
+/// let client_key = StaticKey::generate()?;
+/// let server = SessionEndpoint::builder(server_key)
+///     .allow(client_key.public())
+///     .stack("frag(1400):window(64):seal")
+///     .accelerate(true)
+///     .build()?;
+/// assert_eq!(server.session_count(), 0);
+/// // A stack that does not parse is a typed error naming it.
+/// assert!(SessionEndpoint::builder(client_key).stack("window(x)").build().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SessionEndpointBuilder {
+    key: StaticKey,
+    allowed: Vec<PublicKey>,
+    stack: String,
+    cfg: SessionConfig,
+    seed: Option<[u8; 32]>,
+}
+
+impl SessionEndpointBuilder {
+    /// Accept sessions from the peer whose static public key is `peer` (none: the endpoint
+    /// only connects).
+    pub fn allow(mut self, peer: PublicKey) -> Self {
+        self.allowed.push(peer);
+        self
+    }
+
+    /// Accept sessions from each of `peers`.
+    pub fn allow_all(mut self, peers: impl IntoIterator<Item = PublicKey>) -> Self {
+        self.allowed.extend(peers);
+        self
+    }
+
+    /// The stack every session runs, as a spec ([`crate::stack::build_dyn`]); it must have a
+    /// keyed layer (`seal`). [`DEFAULT_STACK`] unless set.
+    pub fn stack(mut self, spec: &str) -> Self {
+        self.stack = spec.to_string();
+        self
+    }
+
+    /// Put the Protocol Accelerator in front of every session's stack.
+    pub fn accelerate(mut self, on: bool) -> Self {
+        self.cfg.accelerate = on;
+        self
+    }
+
+    /// The settings (timeouts, rekey limits, limits); `accelerate` set before is kept only
+    /// if `cfg` sets it too.
+    pub fn config(mut self, cfg: SessionConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// Seed session indices and cookie secrets with `seed` instead of the system's random
+    /// source (reproducible simulations only).
+    pub fn seed(mut self, seed: [u8; 32]) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The endpoint, or what is wrong with the description.
+    pub fn build(self) -> Result<SessionEndpoint, EndpointBuildError> {
+        let spec = self.stack;
+        let layers =
+            crate::stack::build_dyn(&spec).map_err(|source| EndpointBuildError::Stack {
+                spec: spec.clone(),
+                source,
+            })?;
+        if !(0..layers.count()).any(|i| layers.needs_keys_at(i)) {
+            return Err(EndpointBuildError::Unauthenticated(spec));
+        }
+        let seed = match self.seed {
+            Some(s) => s,
+            None => {
+                let mut s = [0u8; 32];
+                getrandom::fill(&mut s).map_err(|e| EndpointBuildError::Random(e.to_string()))?;
+                s
+            }
+        };
+        Ok(SessionEndpoint::new(
+            self.key,
+            self.allowed,
+            self.cfg,
+            Box::new(move |c| Connection::from_spec(&spec, c)),
+            seed,
+        ))
+    }
+}
+
 /// A peer of the endpoint: stable across its sessions (restarts, rekeys).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u32);
@@ -707,10 +829,26 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     stats: SessionEndpointStats,
 }
 
+impl SessionEndpoint<DynStack> {
+    /// A builder of an endpoint with the static key `key` over a dynamic stack
+    /// ([`SessionEndpointBuilder`]): the usual way to make one.
+    pub fn builder(key: StaticKey) -> SessionEndpointBuilder {
+        SessionEndpointBuilder {
+            key,
+            allowed: Vec::new(),
+            stack: DEFAULT_STACK.to_string(),
+            cfg: SessionConfig::default(),
+            seed: None,
+        }
+    }
+}
+
 impl<S: LayerSet> SessionEndpoint<S> {
     /// An endpoint with the static key `local` that accepts sessions from the peers
-    /// `allowed` (none: it only connects), building each session's connection with `make`;
-    /// `seed` seeds its session indices and cookie secrets (draw it from the OS).
+    /// `allowed` (none: it only connects), building each session's connection with `make`
+    /// (any stack, static ones too); `seed` seeds its session indices and cookie secrets
+    /// (draw it from the OS). [`SessionEndpoint::builder`] does all this for a stack given
+    /// as a spec, and checks it.
     pub fn new(
         local: StaticKey,
         allowed: impl IntoIterator<Item = PublicKey>,
