@@ -23,7 +23,7 @@
 
 use crate::accel::{AccelConfig, AccelStats, Accelerator, FastPathCheck};
 use crate::field::{ByteOrder, FieldLoc};
-use crate::layer::{DirectionKeys, InitCx, Role};
+use crate::layer::{DirectionKeys, DropReason, InitCx, RefusedAt, Role};
 pub use crate::layered::Stats;
 use crate::layered::{Bare, Core};
 use crate::layout::{FieldRegistry, Layout, LayoutError};
@@ -226,11 +226,28 @@ pub enum BuildError {
 pub enum Received {
     /// Every layer took it.
     Accepted,
-    /// The keyed layer authenticated it as new; a layer above refused it (counted there).
-    FreshRefused,
+    /// The keyed layer authenticated it as new; something above refused it, and why.
+    FreshRefused(Refusal),
     /// Refused before it was authenticated as new (or, without a keyed layer, refused at
-    /// all): it proves nothing about its sender.
-    Refused,
+    /// all), and why: it proves nothing about its sender.
+    Refused(Refusal),
+}
+
+/// Why a datagram was refused (also counted: [`Stats`], [`AccelStats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A layer refused it.
+    Layer {
+        /// The layer's name.
+        name: &'static str,
+        /// Why.
+        reason: DropReason,
+    },
+    /// Before the stack: shorter than the header area, or (accelerated) a cookie or an
+    /// identification of no connection of this end's.
+    Unadmitted,
+    /// After every layer passed it: a packed body whose lengths lie.
+    BadPacking,
 }
 
 impl Received {
@@ -242,7 +259,15 @@ impl Received {
     /// It came from the peer and is new: accepted, or authenticated as new by the keyed
     /// layer and refused above it.
     pub fn is_fresh(self) -> bool {
-        self != Received::Refused
+        !matches!(self, Received::Refused(_))
+    }
+
+    /// Why it was refused, if it was.
+    pub fn refusal(self) -> Option<Refusal> {
+        match self {
+            Received::Accepted => None,
+            Received::FreshRefused(r) | Received::Refused(r) => Some(r),
+        }
     }
 }
 
@@ -475,11 +500,20 @@ impl<S: LayerSet> Connection<S> {
         }
         let after = self.core.refusals();
         if after.all == before.all {
-            Received::Accepted
-        } else if after.unauthenticated == before.unauthenticated && self.keyed {
-            Received::FreshRefused
+            return Received::Accepted;
+        }
+        let why = match after.last {
+            Some(RefusedAt::Layer(i, reason)) => Refusal::Layer {
+                name: self.core.layers().name_at(i),
+                reason,
+            },
+            Some(RefusedAt::Above) => Refusal::BadPacking,
+            Some(RefusedAt::Before) | None => Refusal::Unadmitted,
+        };
+        if after.unauthenticated == before.unauthenticated && self.keyed {
+            Received::FreshRefused(why)
         } else {
-            Received::Refused
+            Received::Refused(why)
         }
     }
 

@@ -405,23 +405,35 @@ pub(crate) struct Refusals {
     pub(crate) unauthenticated: u64,
     /// The keyed layer's index (the lowest layer that needs keys), or 0 without one.
     pub(crate) keyed_from: usize,
+    /// Where the latest refusal happened.
+    pub(crate) last: Option<RefusedAt>,
+}
+
+/// Where received input was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefusedAt {
+    /// By layer `.0`, for `.1`.
+    Layer(usize, DropReason),
+    /// Before the stack: shorter than the header area, or not admitted by the accelerator.
+    Before,
+    /// Above the stack, after every layer passed it: a packed body whose lengths lie.
+    Above,
 }
 
 impl Refusals {
-    /// A refusal at layer `i` (the stack's layer count: before the stack).
+    /// Count a refusal `at`.
     #[inline(always)]
-    pub(crate) fn at(&mut self, i: usize) {
+    pub(crate) fn count(&mut self, at: RefusedAt) {
         self.all += 1;
-        if i >= self.keyed_from {
+        let unauthenticated = match at {
+            RefusedAt::Layer(i, _) => i >= self.keyed_from,
+            RefusedAt::Before => true,
+            RefusedAt::Above => false,
+        };
+        if unauthenticated {
             self.unauthenticated += 1;
         }
-    }
-
-    /// A refusal above the stack, after every layer passed the datagram (a packed body
-    /// whose lengths lie).
-    #[inline(always)]
-    pub(crate) fn above(&mut self) {
-        self.all += 1;
+        self.last = Some(at);
     }
 }
 
@@ -553,7 +565,7 @@ impl<'a> Cx<'a> {
     /// reassembly).
     pub fn count_drop(&mut self, r: DropReason) {
         self.counters.count(r);
-        self.refusals.at(self.layer);
+        self.refusals.count(RefusedAt::Layer(self.layer, r));
     }
 }
 

@@ -17,7 +17,8 @@
 
 use crate::field::ByteOrder;
 use crate::layer::{
-    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Refusals, Verdict,
+    Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Refusals,
+    RefusedAt, Verdict,
 };
 use crate::layout::{FieldRegistry, Layout};
 use crate::msg::{Msg, Pool};
@@ -476,21 +477,20 @@ impl<S: LayerSet> Core<S> {
     /// Count a refusal of received input by layer `i`.
     pub(crate) fn count_refusal(&mut self, i: usize, r: DropReason) {
         self.stats.layers[i].1.count(r);
-        self.refusals.at(i);
+        self.refusals.count(RefusedAt::Layer(i, r));
     }
 
     /// Count a refusal of received input before the stack (not admitted by the edge).
     #[inline]
     pub(crate) fn refuse_before(&mut self) {
-        let n = self.stats.layers.len();
-        self.refusals.at(n);
+        self.refusals.count(RefusedAt::Before);
     }
 
     /// Count a refusal of received input above the stack (by the edge, after every layer
     /// passed it).
     #[inline]
     pub(crate) fn refuse_above(&mut self) {
-        self.refusals.above();
+        self.refusals.count(RefusedAt::Above);
     }
 
     /// Received input refused so far.

@@ -119,7 +119,7 @@ pub mod stack;
 pub mod time;
 
 pub use accel::FastPathCheck;
-pub use conn::{Config, Connection, DynConnection, Received, SendError, Stats};
+pub use conn::{Config, Connection, DynConnection, Received, Refusal, SendError, Stats};
 pub use layer::{Layer, Role};
 pub use msg::{Msg, Pool};
 pub use stack::{LayerSet, SpecError};

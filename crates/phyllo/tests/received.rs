@@ -4,7 +4,8 @@
 //! authenticated as new by `seal` and refused above it (`FreshRefused`: the peer is alive and
 //! there); garbage is refused; a stack without a keyed layer never says `FreshRefused`.
 
-use phyllo::{Config, Connection, Received, Time};
+use phyllo::layer::DropReason;
+use phyllo::{Config, Connection, Received, Refusal, Time};
 
 const SPEC: &str = "window(16):checksum:seal";
 
@@ -38,12 +39,18 @@ fn a_datagram_says_whether_it_was_new_authentic_and_accepted() {
         // The same bytes again: seal has seen the nonce.
         assert_eq!(
             b.handle_datagram(now, &first[0]),
-            Received::Refused,
+            Received::Refused(Refusal::Layer {
+                name: "seal",
+                reason: DropReason::Replay
+            }),
             "accel {accel}"
         );
-        // Garbage, and a truncated datagram.
-        assert_eq!(b.handle_datagram(now, &[0x55; 40]), Received::Refused);
-        assert_eq!(b.handle_datagram(now, &first[0][..3]), Received::Refused);
+        // Garbage, and a truncated datagram: refused, proving nothing.
+        assert!(!b.handle_datagram(now, &[0x55; 40]).is_fresh());
+        assert_eq!(
+            b.handle_datagram(now, &first[0][..3]),
+            Received::Refused(Refusal::Unadmitted)
+        );
         // B's acknowledgement is lost: A retransmits under a new nonce, which the window
         // already has.
         drain(&mut b);
@@ -63,12 +70,15 @@ fn a_datagram_says_whether_it_was_new_authentic_and_accepted() {
             "accel {accel}: no retransmission"
         );
         assert_ne!(retransmitted[0], first[0], "a new nonce");
-        assert_eq!(
-            b.handle_datagram(now, &retransmitted[0]),
-            Received::FreshRefused,
-            "accel {accel}"
+        let r = b.handle_datagram(now, &retransmitted[0]);
+        assert!(
+            matches!(
+                r,
+                Received::FreshRefused(Refusal::Layer { name: "window", .. })
+            ),
+            "accel {accel}: {r:?}"
         );
-        assert!(Received::FreshRefused.is_fresh() && !Received::FreshRefused.is_accepted());
+        assert!(r.is_fresh() && !r.is_accepted());
         let mut got = Vec::new();
         while let Some(m) = b.poll_delivery() {
             got.push(m.data().to_vec());
@@ -86,10 +96,7 @@ fn without_a_keyed_layer_a_refusal_proves_nothing() {
         let d = drain(&mut a);
         assert_eq!(b.handle_datagram(now, &d[0]), Received::Accepted);
         // A duplicate: refused by the window, and nothing authenticated it.
-        assert_eq!(
-            b.handle_datagram(now, &d[0]),
-            Received::Refused,
-            "accel {accel}"
-        );
+        let r = b.handle_datagram(now, &d[0]);
+        assert!(matches!(r, Received::Refused(_)), "accel {accel}: {r:?}");
     }
 }
