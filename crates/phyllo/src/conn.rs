@@ -629,7 +629,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Stop telling the peer that its cookie is known, so it keeps sending the
-    /// identification: used by an [`Endpoint`](crate::endpoint::Endpoint) that found the
+    /// identification: used by an [`CookieDemux`](crate::accel::demux::CookieDemux) that found the
     /// cookie shared by two connections.
     pub fn block_cookie_ack(&mut self) {
         if let Some(pa) = self.pa.as_deref_mut() {

@@ -98,7 +98,6 @@
 
 pub mod accel;
 pub mod conn;
-pub mod endpoint;
 pub mod engine;
 pub mod field;
 pub mod filter;

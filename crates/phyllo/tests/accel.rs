@@ -325,7 +325,7 @@ fn forged_and_truncated_input_is_counted_and_dropped() {
 
 #[test]
 fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
-    use phyllo::endpoint::Endpoint;
+    use phyllo::accel::demux::CookieDemux;
     let mk = |cookie| {
         let mut c = Config::accelerated(Role::Initiator);
         c.cookie = Some(cookie);
@@ -333,7 +333,7 @@ fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
     };
     // Two initiators whose cookies collide, one with its own.
     let mut peers = [mk(42), mk(42), mk(7)];
-    let mut ep: Endpoint<phyllo::stack::DynStack> = Endpoint::new(
+    let mut ep: CookieDemux<phyllo::stack::DynStack> = CookieDemux::new(
         Some(Box::new(|| {
             Connection::from_spec(SPEC3, Config::accelerated(Role::Responder))
         })),

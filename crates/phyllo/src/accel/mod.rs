@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`preamble`] | §2.2, Figure 1 | the 8-byte preamble: identification bit, byte order, cookie |
 //! | `cookie` | §2.2 | connection identification and cookies: framing and admitting datagrams |
+//! | [`demux`] | §2.2 | many connections behind one socket, found by cookie |
 //! | `predict` | §3.2 | predicted send and delivery headers; the check against the layered path ([`FastPathCheck`]) |
 //! | `filters` | §3.3 | the send and delivery packet filters built from the layers' segments |
 //! | `deferred` | §3.1 | deferred post-processing, and the retransmission copy taken after sending |
@@ -21,6 +22,7 @@
 
 mod cookie;
 mod deferred;
+pub mod demux;
 mod fastpath;
 mod filters;
 mod pack;

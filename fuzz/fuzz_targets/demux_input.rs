@@ -1,16 +1,16 @@
-//! Fuzz an endpoint's input (`endpoint::Endpoint::handle_datagram`): datagrams from the
+//! Fuzz an endpoint's input (`endpoint::CookieDemux::handle_datagram`): datagrams from the
 //! network, each prefixed with a one-byte length, into a listening endpoint of sealed
 //! accelerated connections. Nothing panics, nothing is delivered (no datagram can
 //! authenticate), and the connections made for refused datagrams are dropped again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::endpoint::Endpoint;
+use phyllo::accel::demux::CookieDemux;
 use phyllo::stack::DynStack;
 use phyllo::{Config, Connection, Time};
 
 fuzz_target!(|data: &[u8]| {
-    let mut ep: Endpoint<DynStack> = Endpoint::new(
+    let mut ep: CookieDemux<DynStack> = CookieDemux::new(
         // Every connection accepted has keys of its own, which no input can know.
         Some(Box::new(|| {
             Connection::from_spec(

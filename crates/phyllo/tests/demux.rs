@@ -4,8 +4,8 @@
 
 mod common;
 use common::payload;
+use phyllo::accel::demux::CookieDemux;
 use phyllo::accel::preamble::{Preamble, PREAMBLE_LEN as PREAMBLE};
-use phyllo::endpoint::Endpoint;
 use phyllo::stack::DynStack;
 use phyllo::{Config, Connection, DynConnection, Time};
 
@@ -14,9 +14,9 @@ const SPEC: &str = "frag(1400):window(16):checksum:seal";
 /// A listening endpoint whose first accepted connection is the responder `peer_end` (the
 /// other end of the peer's pair); every later one has keys of its own that no peer holds
 /// (each connection needs its own).
-fn endpoint(peer_end: Config) -> Endpoint<DynStack> {
+fn endpoint(peer_end: Config) -> CookieDemux<DynStack> {
     let mut first = Some(peer_end);
-    Endpoint::new(
+    CookieDemux::new(
         Some(Box::new(move || {
             let cfg = match first.take() {
                 Some(c) => c,
@@ -32,7 +32,7 @@ fn endpoint(peer_end: Config) -> Endpoint<DynStack> {
 /// Every datagram the peer sends is also recorded.
 fn run(
     peer: &mut DynConnection,
-    ep: &mut Endpoint<DynStack>,
+    ep: &mut CookieDemux<DynStack>,
     now: &mut Time,
     recorded: &mut Vec<Vec<u8>>,
 ) -> Vec<Vec<u8>> {

@@ -1,4 +1,4 @@
-//! `Endpoint`: many accelerated connections behind one socket, found by cookie.
+//! `CookieDemux`: many accelerated connections behind one socket, found by cookie.
 //!
 //! Seed 004 §2.2: "The receiver remembers for each connection what the current (incoming)
 //! cookie is"; a datagram with the identification finds its connection by it (and a listening
@@ -19,9 +19,9 @@ use std::collections::{HashMap, HashSet};
 /// Builds the connection for a peer the endpoint has not seen (a responder).
 pub type Accept<S> = Box<dyn FnMut() -> Result<Connection<S>, BuildError>>;
 
-/// Endpoint counters.
+/// CookieDemux counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EndpointStats {
+pub struct DemuxStats {
     /// Dropped: shorter than a preamble (or its identification).
     pub truncated: u64,
     /// Dropped: a cookie no connection knows, without identification.
@@ -39,33 +39,33 @@ pub struct EndpointStats {
 }
 
 /// Accelerated connections multiplexed by cookie (sans-IO).
-pub struct Endpoint<S: LayerSet> {
+pub struct CookieDemux<S: LayerSet> {
     conns: Vec<Connection<S>>,
     by_ident: HashMap<u64, usize>,
     by_cookie: HashMap<u64, usize>,
     ambiguous: HashSet<u64>,
     accept: Option<Accept<S>>,
     max_conns: usize,
-    stats: EndpointStats,
+    stats: DemuxStats,
 }
 
-impl<S: LayerSet> Endpoint<S> {
+impl<S: LayerSet> CookieDemux<S> {
     /// An endpoint that accepts new connections built by `make` (responders), at most
     /// `max_conns` of them; `None` accepts none.
-    pub fn new(accept: Option<Accept<S>>, max_conns: usize) -> Endpoint<S> {
-        Endpoint {
+    pub fn new(accept: Option<Accept<S>>, max_conns: usize) -> CookieDemux<S> {
+        CookieDemux {
             conns: Vec::new(),
             by_ident: HashMap::new(),
             by_cookie: HashMap::new(),
             ambiguous: HashSet::new(),
             accept,
             max_conns,
-            stats: EndpointStats::default(),
+            stats: DemuxStats::default(),
         }
     }
 
     /// Counters.
-    pub fn stats(&self) -> &EndpointStats {
+    pub fn stats(&self) -> &DemuxStats {
         &self.stats
     }
 
