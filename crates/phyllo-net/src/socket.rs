@@ -1,0 +1,430 @@
+//! [`SessionSocket`]: a session endpoint on a UDP socket.
+
+use crate::NetError;
+use phyllo::session::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
+use phyllo::session::{PublicKey, StaticKey};
+use phyllo::{Connection, Time};
+use phyllo_udp::offload::TxQueue;
+use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Bytes of datagrams a flush queues before it sends them: about sixteen segmented messages.
+const TX_QUEUE_BYTES: usize = 1 << 20;
+
+/// The most peers that get a socket of their own (each costs a descriptor); the rest share the
+/// listening socket.
+const MAX_DEDICATED: usize = 512;
+
+/// A session endpoint on a UDP socket: the thin driver between a [`UdpLink`] (batched
+/// `sendmmsg`/`recvmmsg`, segmentation offload) and a sans-IO [`SessionEndpoint`].
+///
+/// It moves datagrams between the two, maps the monotonic clock onto protocol time
+/// ([`now`](Self::now)) and runs the endpoint's timers; everything else — connecting,
+/// sending, taking deliveries and events — is the endpoint's own calls, through
+/// [`endpoint`](Self::endpoint) and [`endpoint_mut`](Self::endpoint_mut).
+///
+/// Two ways to drive it:
+///
+/// - blocking: call [`pump`](Self::pump) in a loop; it sends what is queued, waits for input
+///   (at most until the endpoint's next timer), hands it to the endpoint and runs the timers.
+/// - a receive engine (`phyllo_udp::engine`): register [`socket`](Self::socket) (and, with
+///   [`bind_dedicating`](Self::bind_dedicating), each dedicated socket), call
+///   [`receive_some`](Self::receive_some) / [`receive_dedicated`](Self::receive_dedicated)
+///   when one is readable, and [`timers`](Self::timers) and [`flush`](Self::flush) between
+///   turns.
+///
+/// Peers that received data are listed for the program ([`take_readable`](Self::take_readable)),
+/// which then takes their messages with the endpoint's `poll_delivery_with`.
+pub struct SessionSocket {
+    ep: SessionEndpoint,
+    link: UdpLink,
+    batch: RecvBatch,
+    /// Protocol time zero.
+    epoch: Instant,
+    tx: TxQueue,
+    /// Busy-poll instead of sleeping in the kernel.
+    busy: bool,
+    /// Peers that received data since the caller last took this list.
+    readable: Vec<PeerId>,
+    /// Sockets of their own for peers with an established session, when on
+    /// ([`SessionSocket::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
+    dedicated: Vec<Option<(PeerId, UdpLink)>>,
+    /// The open ones by peer (a datagram on the shared socket asks whether its peer has one).
+    dedicated_of: HashMap<PeerId, usize>,
+    /// Indices of dedicated sockets opened, and to be closed, since the driver last looked.
+    opened: Vec<usize>,
+    closing: Vec<usize>,
+    dedicating: bool,
+}
+
+/// Check a stack spec before binding anything, so a bad one is an error now, not a failed
+/// session.
+fn check_stack(stack: &str) -> Result<(), NetError> {
+    phyllo::stack::build_dyn(stack).map_err(|source| NetError::Stack {
+        spec: stack.to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+impl SessionSocket {
+    /// Bind `addr` and make an endpoint with `key`, accepting the peers whose public keys are
+    /// `allowed` (none: it only connects), whose sessions run `stack` (a spec such as
+    /// [`DEFAULT_STACK`](crate::DEFAULT_STACK)), behind the Protocol Accelerator if
+    /// `accelerate`.
+    ///
+    /// The stack is checked first, so a bad spec is an error here, not a failed session.
+    pub fn bind(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<SessionSocket, NetError> {
+        check_stack(stack)?;
+        let link = UdpLink::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        SessionSocket::with_link(link, key, allowed, stack, accelerate)
+    }
+
+    /// Like [`bind`](Self::bind), and every peer with an established session gets a socket of
+    /// its own on this address (SO_REUSEPORT, so only sockets of this user may share it), so the
+    /// kernel queues its datagrams apart from whatever else arrives: a flood of junk or
+    /// handshakes fills the listening socket, not theirs. A receive engine serves the sockets
+    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)). The address
+    /// is claimed first with an ordinary bind, so a port already in use is still an error.
+    pub fn bind_dedicating(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<SessionSocket, NetError> {
+        check_stack(stack)?;
+        let local = UdpLink::bind(addr)
+            .map_err(|source| NetError::Bind { addr, source })?
+            .local_addr();
+        let link = UdpLink::bind_shared(local).map_err(|source| NetError::BindShared {
+            addr: local,
+            source,
+        })?;
+        let mut socket = SessionSocket::with_link(link, key, allowed, stack, accelerate)?;
+        // The listening socket now takes handshakes and strays: one datagram per buffer, so a
+        // receive quota counts datagrams (coalesced junk would make one buffer a flood).
+        let _ = socket.link.set_gro(false);
+        socket.dedicating = true;
+        Ok(socket)
+    }
+
+    fn with_link(
+        mut link: UdpLink,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<SessionSocket, NetError> {
+        // Coalesced receives where the kernel has them: the batch's 64 KiB buffers take any.
+        let _ = link.set_gro(true);
+        let _ = link.set_recv_buffer_size(8 << 20);
+        let _ = link.set_send_buffer_size(8 << 20);
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(NetError::Randomness)?;
+        let spec = stack.to_string();
+        let ep = SessionEndpoint::new(
+            key,
+            allowed,
+            SessionConfig {
+                accelerate,
+                ..SessionConfig::default()
+            },
+            Box::new(move |mut c| {
+                // What release builds run, in every build: sessions check a sample of
+                // their fast-path operations (debug builds' default checks every one).
+                c.fast_path_check = phyllo::FastPathCheck::Sampled;
+                Connection::from_spec(&spec, c)
+            }),
+            seed,
+        );
+        Ok(SessionSocket {
+            ep,
+            link,
+            batch: RecvBatch::new(MAX_BATCH, 65_536),
+            epoch: Instant::now(),
+            tx: TxQueue::new(),
+            busy: false,
+            readable: Vec::new(),
+            dedicated: Vec::new(),
+            dedicated_of: HashMap::new(),
+            opened: Vec::new(),
+            closing: Vec::new(),
+            dedicating: false,
+        })
+    }
+
+    /// The endpoint (its peers, statistics, keys).
+    pub fn endpoint(&self) -> &SessionEndpoint {
+        &self.ep
+    }
+
+    /// The endpoint, to connect, send, and take deliveries and events. What it queues goes out
+    /// at the next [`flush`](Self::flush) (which [`pump`](Self::pump) and
+    /// [`timers`](Self::timers) call).
+    pub fn endpoint_mut(&mut self) -> &mut SessionEndpoint {
+        &mut self.ep
+    }
+
+    /// Busy-poll the socket in [`pump`](Self::pump) instead of sleeping in the kernel: the
+    /// lowest latency, for one core kept busy. Off by default.
+    pub fn set_busy_poll(&mut self, busy: bool) {
+        self.busy = busy;
+    }
+
+    /// The peers that received data since the last call, each once, in the order their data
+    /// came; their messages wait in the endpoint (`poll_delivery_with`).
+    pub fn take_readable(&mut self) -> Vec<PeerId> {
+        std::mem::take(&mut self.readable)
+    }
+
+    /// Put `peer` back on the list [`take_readable`](Self::take_readable) returns, e.g. when
+    /// the program stopped reading it before its messages ran out.
+    pub fn mark_readable(&mut self, peer: PeerId) {
+        if !self.readable.contains(&peer) {
+            self.readable.push(peer);
+        }
+    }
+
+    /// The socket's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.link.local_addr()
+    }
+
+    /// Protocol time now: the monotonic time since the socket was made.
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Send everything the endpoint has to send: datagrams are written back to back into one
+    /// queue, whose runs go to the kernel as segmented messages where it can
+    /// ([`phyllo_udp::offload`]).
+    ///
+    /// A datagram the network refuses (no route, unreachable peer) is a loss the protocol
+    /// recovers from, not an error: this does not fail today, and returns a `Result` so that
+    /// it may.
+    pub fn flush(&mut self) -> Result<(), NetError> {
+        loop {
+            while self.tx.bytes() < TX_QUEUE_BYTES
+                && self.tx.push_with(|b| self.ep.poll_transmit_append(b))
+            {}
+            if self.tx.is_empty() {
+                return Ok(());
+            }
+            while !self.tx.is_empty() {
+                // A datagram the network refuses (no route, unreachable peer) is a loss the
+                // protocol recovers from; the link counts it and the rest still go.
+                let _ = self.link.send_queue(&mut self.tx);
+            }
+        }
+    }
+
+    /// One round: send, wait for input at most `wait` (or until the endpoint's next timer),
+    /// hand it to the endpoint, run due timers, send again. Returns datagrams received.
+    pub fn pump(&mut self, wait: Duration) -> Result<usize, NetError> {
+        self.flush()?;
+        let now = self.now();
+        let wait = match self.ep.poll_timeout() {
+            Some(t) if t <= now => Duration::ZERO,
+            Some(t) => wait.min(t - now),
+            None => wait,
+        };
+        let mut got = if self.busy {
+            self.link
+                .recv_busy(&mut self.batch, Instant::now() + wait)
+                .map_err(NetError::Receive)?
+        } else if wait.is_zero() {
+            self.link
+                .try_recv(&mut self.batch)
+                .map_err(NetError::Receive)?
+        } else {
+            self.link
+                .recv_timeout(&mut self.batch, Some(wait.max(Duration::from_micros(50))))
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(0),
+                    _ => Err(e),
+                })
+                .map_err(NetError::Receive)?
+        };
+        let mut total = 0;
+        let mut rounds = 0;
+        while got > 0 {
+            total += self.handle_batch(true);
+            rounds += 1;
+            if rounds >= 8 {
+                break;
+            }
+            self.flush()?;
+            got = self
+                .link
+                .try_recv(&mut self.batch)
+                .map_err(NetError::Receive)?;
+        }
+        self.timers()?;
+        Ok(total)
+    }
+
+    /// Hand the datagrams of the last receive to the endpoint; how many there were. Data that
+    /// came in on the shared socket from a peer without a socket of its own gets it one, when
+    /// dedicating.
+    fn handle_batch(&mut self, shared: bool) -> usize {
+        let now = self.now();
+        let mut n = 0;
+        let mut newcomers = Vec::new();
+        for (d, from) in self.batch.datagrams() {
+            n += 1;
+            let Some(from) = from else {
+                continue;
+            };
+            if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
+                if !self.readable.contains(&p) {
+                    self.readable.push(p);
+                }
+                if shared && self.dedicating && !newcomers.contains(&(p, from)) {
+                    newcomers.push((p, from));
+                }
+            }
+        }
+        for (p, from) in newcomers {
+            self.dedicate_to(p, from);
+        }
+        n
+    }
+
+    /// Give peer `p` at `from` a socket of its own (unless it has one, or too many have).
+    fn dedicate_to(&mut self, p: PeerId, from: SocketAddr) {
+        if self.dedicated_of.len() >= MAX_DEDICATED || self.dedicated_of.contains_key(&p) {
+            return;
+        }
+        // A socket that cannot be made (descriptors exhausted) leaves the peer on the shared
+        // one, which still works.
+        if let Ok(mut link) = self.link.dedicated(from) {
+            // Bulk data comes here: coalesced receives, and room to queue it.
+            let _ = link.set_gro(true);
+            let _ = link.set_recv_buffer_size(8 << 20);
+            let i = match self.dedicated.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    self.dedicated.push(None);
+                    self.dedicated.len() - 1
+                }
+            };
+            self.dedicated[i] = Some((p, link));
+            self.dedicated_of.insert(p, i);
+            self.opened.push(i);
+        }
+    }
+
+    /// Whether dedicated sockets were opened since [`take_opened`](Self::take_opened).
+    pub fn has_opened(&self) -> bool {
+        !self.opened.is_empty()
+    }
+
+    /// Dedicated sockets opened since the last call (indices for
+    /// [`receive_dedicated`](Self::receive_dedicated) and [`dedicated_socket`](Self::dedicated_socket)).
+    pub fn take_opened(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.opened)
+    }
+
+    /// Dedicated sockets to close (their session ended or the peer moved): the driver stops
+    /// watching each, then calls [`close_dedicated`](Self::close_dedicated).
+    pub fn take_closing(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.closing)
+    }
+
+    /// Close dedicated socket `i`.
+    pub fn close_dedicated(&mut self, i: usize) {
+        if let Some((p, _)) = self.dedicated.get_mut(i).and_then(Option::take) {
+            self.dedicated_of.remove(&p);
+        }
+    }
+
+    /// Dedicated socket `i`, if open.
+    pub fn dedicated_socket(&self, i: usize) -> Option<&UdpLink> {
+        self.dedicated.get(i)?.as_ref().map(|(_, l)| l)
+    }
+
+    /// Like [`receive_some`](Self::receive_some), from dedicated socket `i`. An error on the
+    /// socket (the peer's ICMP port unreachable when it has gone) marks it for closing
+    /// ([`take_closing`](Self::take_closing)) and is not returned.
+    pub fn receive_dedicated(&mut self, i: usize, max: usize) -> Result<usize, NetError> {
+        let Some(Some((_, link))) = self.dedicated.get_mut(i) else {
+            return Ok(0);
+        };
+        match link.try_recv_some(&mut self.batch, max) {
+            Ok(got) => {
+                if got > 0 {
+                    self.handle_batch(false);
+                }
+                Ok(got)
+            }
+            // A connected socket hears of the peer's errors (ICMP port unreachable when it has
+            // gone): that ends the socket, not the server; the session has its own timers.
+            Err(_) => {
+                if !self.closing.contains(&i) {
+                    self.closing.push(i);
+                }
+                Ok(0)
+            }
+        }
+    }
+
+    /// Mark for closing the dedicated sockets whose peer has no session any more or has
+    /// moved to another address.
+    fn prune_dedicated(&mut self) {
+        for (i, d) in self.dedicated.iter().enumerate() {
+            if let Some((p, link)) = d {
+                let stale =
+                    !self.ep.is_established(*p) || self.ep.peer_addr(*p) != link.peer_addr();
+                if stale && !self.closing.contains(&i) {
+                    self.closing.push(i);
+                }
+            }
+        }
+    }
+
+    /// Take at most `max` receive buffers off the socket without waiting and hand their
+    /// datagrams to the endpoint (the receive engine's callback: the rest stays in the socket);
+    /// how many buffers were taken.
+    pub fn receive_some(&mut self, max: usize) -> Result<usize, NetError> {
+        let got = self
+            .link
+            .try_recv_some(&mut self.batch, max)
+            .map_err(NetError::Receive)?;
+        if got > 0 {
+            self.handle_batch(true);
+        }
+        Ok(got)
+    }
+
+    /// Run the endpoint's due timers and send what they produce.
+    pub fn timers(&mut self) -> Result<(), NetError> {
+        let now = self.now();
+        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+            self.ep.handle_timeout(now);
+        }
+        if self.dedicating {
+            self.prune_dedicated();
+        }
+        self.flush()
+    }
+
+    /// How long until the endpoint's next timer (`None`: no timer).
+    pub fn next_timer(&self) -> Option<Duration> {
+        let now = self.now();
+        self.ep.poll_timeout().map(|t| t - now)
+    }
+
+    /// The listening socket (for registering with a receive engine).
+    pub fn socket(&self) -> &UdpLink {
+        &self.link
+    }
+}
