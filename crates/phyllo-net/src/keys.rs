@@ -56,11 +56,9 @@ pub fn read_private(path: &Path) -> Result<StaticKey, NetError> {
 pub fn write_pair(path: &Path, key: &StaticKey) -> Result<(), NetError> {
     write_private(path, &key.private_hex())?;
     let public_file = public_path(path);
-    std::fs::write(&public_file, format!("{}\n", key.public())).map_err(|source| {
-        NetError::Write {
-            path: public_file,
-            source,
-        }
+    std::fs::write(&public_file, format!("{}\n", key.public())).map_err(|source| NetError::Write {
+        path: public_file,
+        source,
     })
 }
 
@@ -139,7 +137,10 @@ mod tests {
             matches!(err, NetError::AllowFile { line: 3, .. }),
             "{err:?}"
         );
-        assert!(err.to_string().ends_with("allowed:3: not a public key"), "{err}");
+        assert!(
+            err.to_string().ends_with("allowed:3: not a public key"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -153,7 +154,10 @@ mod tests {
         assert_eq!(back.public(), key.public());
         let public = public_path(&path);
         assert_eq!(read_public(public.to_str().unwrap()).unwrap(), key.public());
-        assert_eq!(read_public(&key.public().to_string()).unwrap(), key.public());
+        assert_eq!(
+            read_public(&key.public().to_string()).unwrap(),
+            key.public()
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
