@@ -2,9 +2,10 @@
 //! SHA-256 of what it received is checked), ping (latency percentiles) or push data as fast as
 //! the session takes it (throughput); statistics at the end.
 
-use crate::sessiond::{self, Node, DATA, END, HASH, PING};
+use crate::app_protocol::{self, DATA, END, HASH, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
+use phyllo_net::SessionSocket;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::io::Read;
@@ -24,7 +25,7 @@ pub struct ConnectArgs {
     #[arg(long)]
     pub server_key: String,
     /// The stack of the session (the server's).
-    #[arg(long, default_value = sessiond::DEFAULT_STACK)]
+    #[arg(long, default_value = phyllo_net::DEFAULT_STACK)]
     pub stack: String,
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
@@ -53,7 +54,7 @@ pub struct ConnectArgs {
 }
 
 struct Client {
-    node: Node,
+    node: SessionSocket,
     peer: PeerId,
     server: SocketAddr,
     /// Messages handed back by an ended session, to send again first.
@@ -65,7 +66,7 @@ impl Client {
     /// One round, then collect events and replies.
     fn pump(&mut self, wait: Duration) -> Result<()> {
         self.node.pump(wait)?;
-        while let Some(e) = self.node.ep.poll_event() {
+        while let Some(e) = self.node.endpoint_mut().poll_event() {
             match e {
                 Event::Established { .. } => {}
                 Event::Ended {
@@ -81,15 +82,19 @@ impl Client {
                     let now = self.node.now();
                     let key = self
                         .node
-                        .ep
+                        .endpoint()
                         .peer_key(self.peer)
                         .context("the server vanished")?;
-                    self.node.ep.connect(now, key, self.server);
+                    self.node.endpoint_mut().connect(now, key, self.server);
                 }
             }
         }
-        self.node.readable.clear();
-        while let Some(m) = self.node.ep.poll_delivery_with(self.peer, |m| m.to_vec()) {
+        self.node.take_readable();
+        while let Some(m) = self
+            .node
+            .endpoint_mut()
+            .poll_delivery_with(self.peer, |m| m.to_vec())
+        {
             self.replies.push_back(m);
         }
         Ok(())
@@ -98,7 +103,7 @@ impl Client {
     /// Hand `m` to the session: `false` if it is full for now.
     fn offer(&mut self, m: &[u8]) -> Result<bool> {
         let now = self.node.now();
-        match self.node.ep.send(now, self.peer, m) {
+        match self.node.endpoint_mut().send(now, self.peer, m) {
             Ok(()) => Ok(true),
             Err(SessionSendError::WouldBlock) => Ok(false),
             Err(e) => bail!("sending: {e}"),
@@ -153,18 +158,18 @@ impl Client {
 
 /// Run the client.
 pub fn connect(args: ConnectArgs) -> Result<()> {
-    let key = crate::keys::read_private(&args.key)?;
-    let server_key = sessiond::read_public(&args.server_key)?;
-    let server = sessiond::parse_addr(&args.addr)?;
+    let key = phyllo_net::keys::read_private(&args.key)?;
+    let server_key = phyllo_net::keys::read_public(&args.server_key)?;
+    let server = app_protocol::parse_addr(&args.addr)?;
     let bind: SocketAddr = if server.is_ipv4() {
         "0.0.0.0:0".parse()?
     } else {
         "[::]:0".parse()?
     };
-    let mut node = Node::bind(bind, key, vec![], &args.stack, args.accel)?;
-    node.busy = args.busy_poll;
+    let mut node = SessionSocket::bind(bind, key, vec![], &args.stack, args.accel)?;
+    node.set_busy_poll(args.busy_poll);
     let now = node.now();
-    let peer = node.ep.connect(now, server_key, server);
+    let peer = node.endpoint_mut().connect(now, server_key, server);
     let mut c = Client {
         node,
         peer,
@@ -173,7 +178,7 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         replies: VecDeque::new(),
     };
     let started = Instant::now();
-    while !c.node.ep.is_established(peer) {
+    while !c.node.endpoint().is_established(peer) {
         if started.elapsed().as_secs_f64() > args.timeout {
             bail!(
                 "no session with {server} after {} s: nothing listening there, a wrong server key, \
@@ -184,7 +189,7 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         c.pump(Duration::from_millis(20))?;
     }
     let handshake = started.elapsed();
-    let stop = sessiond::interrupted()?;
+    let stop = app_protocol::interrupted()?;
     let size = args.size.max(2);
     let result = if let Some(n) = args.ping {
         ping(&mut c, n, size, args.busy_poll, &stop)?
@@ -209,13 +214,16 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
             read_full(&mut input, buf).context("reading the input")
         })?
     };
-    let s = c.node.ep.peer_stats(peer).unwrap_or_default();
+    let s = c.node.endpoint().peer_stats(peer).unwrap_or_default();
     eprintln!(
         "handshake {:.3} ms",
         s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e3
     );
-    eprintln!("{}", sessiond::stats_line(&server_key, Some(server), &s));
-    eprintln!("{}", sessiond::drops_line(&c.node.ep));
+    eprintln!(
+        "{}",
+        app_protocol::stats_line(&server_key, Some(server), &s)
+    );
+    eprintln!("{}", app_protocol::drops_line(c.node.endpoint()));
     if args.quiet {
         println!(
             "{result} handshake_us={:.1} datagrams_out={} bytes_out={}",
@@ -254,7 +262,7 @@ fn ping(
     let mut msg = vec![0u8; size];
     msg[0] = PING;
     for i in 0..n {
-        if sessiond::is_set(stop) {
+        if app_protocol::is_set(stop) {
             break;
         }
         msg[1..9.min(size)].copy_from_slice(&i.to_le_bytes()[..8.min(size - 1)]);
@@ -304,7 +312,7 @@ fn stream(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     loop {
-        if sessiond::is_set(stop) {
+        if app_protocol::is_set(stop) {
             eprintln!("interrupted: ending the stream");
             break;
         }
@@ -323,7 +331,7 @@ fn stream(
     };
     bar.finish_and_clear();
     let elapsed = t.elapsed();
-    let ours = sessiond::hex_digest(&hash.finalize());
+    let ours = app_protocol::hex_digest(&hash.finalize());
     let theirs = String::from_utf8_lossy(&reply[1..]).into_owned();
     if ours != theirs {
         bail!("the server's sha256 {theirs} differs from ours {ours}");

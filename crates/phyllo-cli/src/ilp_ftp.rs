@@ -24,8 +24,8 @@
 //! Keys are fresh random bytes for every run, shared in-process by the two threads; ChaCha20
 //! takes the packet number as its nonce, so no (key, nonce) pair is ever used twice.
 
+use crate::app_protocol::hex_digest;
 use crate::ilp_cmd::{CipherArg, Exec};
-use crate::sessiond::hex_digest;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::Args;
 use phyllo::conn::{Config, Connection, SendError, MAX_MESSAGE};

@@ -1,11 +1,11 @@
 //! `phyllo keygen`: a static key pair for sessions, written as two files of hexadecimal
 //! digits — `FILE` (private, readable by its owner only) and `FILE.pub` (public, for the
-//! peers to allow).
+//! peers to allow), by [`phyllo_net::keys::write_pair`].
 
 use anyhow::{bail, Context, Result};
-use phyllo::session::{parse_key_hex, StaticKey};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use phyllo::session::StaticKey;
+use phyllo_net::keys::{public_path, write_pair};
+use std::path::PathBuf;
 
 /// `phyllo keygen` options.
 #[derive(clap::Args, Debug)]
@@ -17,13 +17,6 @@ pub struct KeygenArgs {
     /// Replace files that exist.
     #[arg(long)]
     pub force: bool,
-}
-
-/// The path of the public key beside `private`.
-pub fn public_path(private: &Path) -> PathBuf {
-    let mut s = private.as_os_str().to_owned();
-    s.push(".pub");
-    PathBuf::from(s)
 }
 
 /// Write a new key pair; prints the public key.
@@ -40,40 +33,10 @@ pub fn keygen(args: KeygenArgs) -> Result<()> {
     Ok(())
 }
 
-/// Write `key` as `path` (private, owner only) and `path.pub`.
-pub fn write_pair(path: &Path, key: &StaticKey) -> Result<()> {
-    write_private(path, &key.private_hex())?;
-    let public_file = public_path(path);
-    std::fs::write(&public_file, format!("{}\n", key.public()))
-        .with_context(|| format!("writing {}", public_file.display()))
-}
-
-fn write_private(path: &Path, hex: &str) -> Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(f, "{hex}").with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// Read a private key file written by `keygen`.
-pub fn read_private(path: &Path) -> Result<StaticKey> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let bytes = parse_key_hex(&text).with_context(|| format!("{}: not a key", path.display()))?;
-    StaticKey::from_private(bytes).with_context(|| format!("{}: not a key", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phyllo_net::keys::read_private;
 
     #[test]
     fn a_written_pair_reads_back_and_is_not_overwritten() {
@@ -96,7 +59,7 @@ mod tests {
         });
         assert!(again.unwrap_err().to_string().contains("exists"));
         std::fs::write(&out, "not a key\n").unwrap();
-        let err = format!("{:#}", read_private(&out).unwrap_err());
+        let err = format!("{:#}", anyhow::Error::from(read_private(&out).unwrap_err()));
         assert!(
             err.contains("not a key") && err.contains("64 hexadecimal digits"),
             "{err}"

@@ -3,6 +3,7 @@
 
 pub mod aead;
 pub mod analyze_cmd;
+pub mod app_protocol;
 pub mod cmd;
 pub mod connect;
 pub mod experiments;
@@ -15,5 +16,4 @@ pub mod relay;
 pub mod relink;
 pub mod report;
 pub mod serve;
-pub mod sessiond;
 pub mod workload;

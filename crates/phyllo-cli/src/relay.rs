@@ -108,8 +108,8 @@ type Held = (Instant, u64, Dest, Vec<u8>);
 
 /// Run the relay until killed.
 pub fn relay(args: RelayArgs) -> Result<()> {
-    let listen_addr = crate::sessiond::parse_addr(&args.listen)?;
-    let to = crate::sessiond::parse_addr(&args.to)?;
+    let listen_addr = crate::app_protocol::parse_addr(&args.listen)?;
+    let to = crate::app_protocol::parse_addr(&args.to)?;
     let front =
         UdpSocket::bind(listen_addr).with_context(|| format!("cannot listen on {listen_addr}"))?;
     front.set_nonblocking(true)?;

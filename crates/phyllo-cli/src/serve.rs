@@ -1,11 +1,12 @@
 //! `phyllo serve`: many sessions on one UDP socket — echo for pings, sink for data, and with
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
 
-use crate::sessiond::{self, Node, DATA, END, HASH, PING};
+use crate::app_protocol::{self, DATA, END, HASH, PING};
 use anyhow::{Context, Result};
 use phyllo::engine::PollConfig;
 use phyllo::engine::SourceId;
 use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
+use phyllo_net::SessionSocket;
 use phyllo_udp::engine::{Engine, Served};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
@@ -25,7 +26,8 @@ pub struct ServeArgs {
     /// A client's public key (a `.pub` file or 64 hexadecimal digits); repeat for more.
     #[arg(long, required_unless_present = "allow_file")]
     pub allow: Vec<String>,
-    /// A file of allowed public keys, one per line.
+    /// A file of allowed public keys, one per line (blank lines and `#` comments are
+    /// skipped).
     #[arg(long)]
     pub allow_file: Option<PathBuf>,
     /// Also echo raw UDP datagrams on this address, in the same loop (a baseline for
@@ -33,7 +35,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub raw_echo: Option<String>,
     /// The stack of every session.
-    #[arg(long, default_value = sessiond::DEFAULT_STACK)]
+    #[arg(long, default_value = phyllo_net::DEFAULT_STACK)]
     pub stack: String,
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
@@ -89,13 +91,13 @@ struct App<'a> {
 impl App<'_> {
     /// Report session events and serve every peer with deliveries; answers are queued in the
     /// sessions (the next flush sends them).
-    fn round(&mut self, node: &mut Node) -> Result<()> {
-        while let Some(e) = node.ep.poll_event() {
+    fn round(&mut self, node: &mut SessionSocket) -> Result<()> {
+        while let Some(e) = node.endpoint_mut().poll_event() {
             match e {
                 Event::Established { peer, key, .. } => eprintln!(
                     "session up: peer {}… at {}",
                     &key.to_string()[..12],
-                    node.ep
+                    node.endpoint()
                         .peer_addr(peer)
                         .map_or("?".into(), |a| a.to_string())
                 ),
@@ -110,7 +112,7 @@ impl App<'_> {
                 ),
             }
         }
-        let readable = std::mem::take(&mut node.readable);
+        let readable = node.take_readable();
         for p in readable {
             let st = self.streams.entry(p).or_default();
             loop {
@@ -118,7 +120,7 @@ impl App<'_> {
                 // Replies first, in order; a full session stops this peer's reading until
                 // the next round (its messages wait in the session, nothing is lost).
                 while let Some(r) = st.replies.front() {
-                    match node.ep.send(now, p, r) {
+                    match node.endpoint_mut().send(now, p, r) {
                         Ok(()) => {
                             st.replies.pop_front();
                         }
@@ -130,47 +132,49 @@ impl App<'_> {
                     }
                 }
                 if !st.replies.is_empty() {
-                    node.readable.push(p);
+                    node.mark_readable(p);
                     break;
                 }
                 let dir = self.args.out.as_ref();
-                let got = node
-                    .ep
-                    .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
-                        match m.first() {
-                            Some(&PING) => Ok(Some(m.to_vec())),
-                            Some(&DATA) => {
-                                st.bytes += m.len() as u64 - 1;
-                                st.msgs += 1;
-                                st.hash.update(&m[1..]);
-                                if let Some(dir) = dir {
-                                    if st.file.is_none() {
-                                        let path = dir.join(format!("stream-{}-{}", p.0, st.files));
-                                        let f =
-                                            std::fs::File::create(&path).with_context(|| {
-                                                format!("creating {}", path.display())
-                                            })?;
-                                        st.file = Some(std::io::BufWriter::new(f));
+                let got =
+                    node.endpoint_mut()
+                        .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
+                            match m.first() {
+                                Some(&PING) => Ok(Some(m.to_vec())),
+                                Some(&DATA) => {
+                                    st.bytes += m.len() as u64 - 1;
+                                    st.msgs += 1;
+                                    st.hash.update(&m[1..]);
+                                    if let Some(dir) = dir {
+                                        if st.file.is_none() {
+                                            let path =
+                                                dir.join(format!("stream-{}-{}", p.0, st.files));
+                                            let f = std::fs::File::create(&path).with_context(
+                                                || format!("creating {}", path.display()),
+                                            )?;
+                                            st.file = Some(std::io::BufWriter::new(f));
+                                        }
+                                        if let Some(f) = st.file.as_mut() {
+                                            f.write_all(&m[1..]).context("writing the stream")?;
+                                        }
                                     }
-                                    if let Some(f) = st.file.as_mut() {
-                                        f.write_all(&m[1..]).context("writing the stream")?;
+                                    Ok(None)
+                                }
+                                Some(&END) => {
+                                    let digest = std::mem::take(&mut st.hash).finalize();
+                                    if let Some(mut f) = st.file.take() {
+                                        f.flush().context("writing the stream")?;
+                                        st.files += 1;
                                     }
+                                    let mut r = vec![HASH];
+                                    r.extend_from_slice(
+                                        app_protocol::hex_digest(&digest).as_bytes(),
+                                    );
+                                    Ok(Some(r))
                                 }
-                                Ok(None)
+                                _ => Ok(None),
                             }
-                            Some(&END) => {
-                                let digest = std::mem::take(&mut st.hash).finalize();
-                                if let Some(mut f) = st.file.take() {
-                                    f.flush().context("writing the stream")?;
-                                    st.files += 1;
-                                }
-                                let mut r = vec![HASH];
-                                r.extend_from_slice(sessiond::hex_digest(&digest).as_bytes());
-                                Ok(Some(r))
-                            }
-                            _ => Ok(None),
-                        }
-                    });
+                        });
                 match got {
                     None => break,
                     Some(r) => {
@@ -206,7 +210,7 @@ impl App<'_> {
 /// time, each taken through its session and the application in the same turn (process to
 /// completion); the output queue is a transmit source; timers run between turns.
 fn serve_on_engine(
-    node: &mut Node,
+    node: &mut SessionSocket,
     app: &mut App<'_>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<()> {
@@ -228,7 +232,7 @@ fn serve_on_engine(
     let tx = engine.add_transmit();
     // Dedicated sockets: engine source -> the node's index, and back.
     let mut own: HashMap<SourceId, usize> = HashMap::new();
-    while !sessiond::is_set(stop) && !app.done() {
+    while !app_protocol::is_set(stop) && !app.done() {
         node.timers()?;
         for i in node.take_closing() {
             if let Some(s) = own.iter().find(|(_, &j)| j == i).map(|(s, _)| *s) {
@@ -284,13 +288,13 @@ fn serve_on_engine(
 /// Serve with the plain loop: wait for input (up to 50 ms, or not at all when a raw-echo
 /// socket is polled beside the session socket), serve the application, send its answers.
 fn serve_on_loop(
-    node: &mut Node,
+    node: &mut SessionSocket,
     app: &mut App<'_>,
     stop: &std::sync::atomic::AtomicBool,
     raw: Option<&std::net::UdpSocket>,
 ) -> Result<()> {
     let mut raw_buf = vec![0u8; 65_536];
-    while !sessiond::is_set(stop) && !app.done() {
+    while !app_protocol::is_set(stop) && !app.done() {
         match raw {
             // Poll both sockets without sleeping in either.
             Some(r) => {
@@ -312,28 +316,18 @@ fn serve_on_loop(
 
 /// Run the server.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    let key = crate::keys::read_private(&args.key)?;
+    let key = phyllo_net::keys::read_private(&args.key)?;
     let mut allowed = args
         .allow
         .iter()
-        .map(|a| sessiond::read_public(a))
+        .map(|a| phyllo_net::keys::read_public(a).map_err(anyhow::Error::from))
         .collect::<Result<Vec<_>>>()?;
     if let Some(f) = &args.allow_file {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let k = phyllo::session::parse_key_hex(line)
-                .with_context(|| format!("{}:{}: not a public key", f.display(), i + 1))?;
-            allowed.push(phyllo::session::PublicKey(k));
-        }
+        allowed.extend(phyllo_net::keys::read_allow_file(f)?);
     }
     let raw = match &args.raw_echo {
         Some(a) => {
-            let a = sessiond::parse_addr(a)?;
+            let a = app_protocol::parse_addr(a)?;
             let s =
                 std::net::UdpSocket::bind(a).with_context(|| format!("cannot listen on {a}"))?;
             s.set_nonblocking(true)?;
@@ -341,20 +335,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let addr = sessiond::parse_addr(&args.listen)?;
+    let addr = app_protocol::parse_addr(&args.listen)?;
     let engine = !(args.no_engine || args.busy_poll || raw.is_some());
     let mut node = if engine {
         // Established peers get sockets of their own, which the engine serves in turn with
         // the listening one: a flood of junk or handshakes fills only the latter.
-        Node::bind_dedicating(addr, key, allowed, &args.stack, args.accel)?
+        SessionSocket::bind_dedicating(addr, key, allowed, &args.stack, args.accel)?
     } else {
-        Node::bind(addr, key, allowed, &args.stack, args.accel)?
+        SessionSocket::bind(addr, key, allowed, &args.stack, args.accel)?
     };
-    node.busy = args.busy_poll;
+    node.set_busy_poll(args.busy_poll);
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let stop = sessiond::interrupted()?;
+    let stop = app_protocol::interrupted()?;
     if args.print_addr {
         match &raw {
             Some(r) => println!("{} {}", node.local_addr(), r.local_addr()?),
@@ -364,7 +358,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     eprintln!(
         "serving on {} (public key {}), stack `{}`{}",
         node.local_addr(),
-        node.ep.public(),
+        node.endpoint().public(),
         args.stack,
         if args.accel { ", accelerated" } else { "" }
     );
@@ -387,11 +381,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
     }
     eprintln!("stopping after {:.1} s", started.elapsed().as_secs_f64());
-    for p in node.ep.peers().collect::<Vec<_>>() {
-        if let (Some(k), Some(s)) = (node.ep.peer_key(p), node.ep.peer_stats(p)) {
-            eprintln!("{}", sessiond::stats_line(&k, node.ep.peer_addr(p), &s));
+    for p in node.endpoint().peers().collect::<Vec<_>>() {
+        if let (Some(k), Some(s)) = (node.endpoint().peer_key(p), node.endpoint().peer_stats(p)) {
+            eprintln!(
+                "{}",
+                app_protocol::stats_line(&k, node.endpoint().peer_addr(p), &s)
+            );
         }
     }
-    eprintln!("{}", sessiond::drops_line(&node.ep));
+    eprintln!("{}", app_protocol::drops_line(node.endpoint()));
     Ok(())
 }

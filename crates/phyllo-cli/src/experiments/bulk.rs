@@ -72,8 +72,8 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
     let sk = StaticKey::generate()?;
     let ck = StaticKey::generate()?;
     let (skf, ckf) = (dir.join("server"), dir.join("client"));
-    crate::keys::write_pair(&skf, &sk)?;
-    crate::keys::write_pair(&ckf, &ck)?;
+    phyllo_net::keys::write_pair(&skf, &sk)?;
+    phyllo_net::keys::write_pair(&ckf, &ck)?;
     let path = |p: &Path| {
         p.to_str()
             .map(String::from)
@@ -164,7 +164,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
              segmentation offload and counts what arrives; quinn moves the same bytes on one \
              stream, hashed at both ends. Ratios are medians over {rounds} interleaved rounds.",
             FILE_BYTES >> 20,
-            crate::sessiond::DEFAULT_STACK
+            phyllo_net::DEFAULT_STACK
         ),
         format!(
             "`ilp.bulk_vs_raw_udp` = {vs_raw:.2} (goal ≥ 0.60); `ilp.bulk_vs_quinn` = \

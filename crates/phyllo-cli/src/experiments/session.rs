@@ -16,8 +16,8 @@
 //!   spoofed handshake flood) against a server with four live sessions, layered and
 //!   accelerated; a session is lost if an end reported it ended or it stopped delivering.
 
+use crate::app_protocol::PING;
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
-use crate::sessiond::{self, Node, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::harness::attack::{self, AttackConfig};
 use phyllo::harness::net::SessionNet;
@@ -25,6 +25,7 @@ use phyllo::link::memlink::Faults;
 use phyllo::session::endpoint::{Event, SessionEndpoint};
 use phyllo::session::StaticKey;
 use phyllo::Time;
+use phyllo_net::SessionSocket;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 /// The session experiment.
 pub struct Session;
 
-const STACK: &str = sessiond::DEFAULT_STACK;
+const STACK: &str = phyllo_net::DEFAULT_STACK;
 
 impl Experiment for Session {
     fn name(&self) -> &'static str {
@@ -234,9 +235,9 @@ fn processes(
     let sk = StaticKey::generate()?;
     let ck = StaticKey::generate()?;
     let skf = dir.join("server");
-    crate::keys::write_pair(&skf, &sk)?;
-    crate::keys::write_pair(&dir.join("client"), &ck)?;
-    let cpub = crate::keys::public_path(&dir.join("client"));
+    phyllo_net::keys::write_pair(&skf, &sk)?;
+    phyllo_net::keys::write_pair(&dir.join("client"), &ck)?;
+    let cpub = phyllo_net::keys::public_path(&dir.join("client"));
     // RTT: session pings and raw UDP pings against the same server loop.
     {
         let (_server, addrs) = spawn_local_serve(
@@ -247,18 +248,20 @@ fn processes(
         let mut it = addrs.split_whitespace();
         let s_addr: SocketAddr = it.next().context("address")?.parse()?;
         let raw_addr: SocketAddr = it.next().context("raw address")?.parse()?;
-        let mut node = Node::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
-        node.busy = true;
-        let p = node.ep.connect(node.now(), sk.public(), s_addr);
+        let mut node =
+            SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
+        node.set_busy_poll(true);
+        let now = node.now();
+        let p = node.endpoint_mut().connect(now, sk.public(), s_addr);
         let t0 = Instant::now();
-        while !node.ep.is_established(p) {
+        while !node.endpoint().is_established(p) {
             if t0.elapsed() > Duration::from_secs(5) {
                 bail!("no session with the child server");
             }
             node.pump(Duration::from_millis(5))?;
         }
         let handshake_us = node
-            .ep
+            .endpoint()
             .peer_stats(p)
             .and_then(|s| s.handshake_time)
             .unwrap_or_default()
@@ -292,13 +295,13 @@ fn processes(
                     }
                 } else {
                     let now = node.now();
-                    node.ep
+                    node.endpoint_mut()
                         .send(now, p, &msg)
                         .map_err(|e| anyhow::anyhow!("session ping: {e}"))?;
                     let until = Instant::now() + Duration::from_secs(2);
                     loop {
                         node.pump(Duration::ZERO)?;
-                        if node.ep.poll_delivery_with(p, |_| ()).is_some() {
+                        if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
                             break;
                         }
                         if Instant::now() > until {
@@ -371,19 +374,20 @@ fn processes(
             std::thread::sleep(Duration::from_millis(100));
             before = rss_bytes(pid)?;
         }
-        let mut node = Node::bind("127.0.0.1:0".parse()?, k.clone(), vec![], STACK, true)?;
-        let p = node.ep.connect(node.now(), sk.public(), s_addr);
+        let mut node = SessionSocket::bind("127.0.0.1:0".parse()?, k.clone(), vec![], STACK, true)?;
         let now = node.now();
-        let _ = node.ep.send(now, p, &[PING, 1, 2, 3]);
+        let p = node.endpoint_mut().connect(now, sk.public(), s_addr);
+        let now = node.now();
+        let _ = node.endpoint_mut().send(now, p, &[PING, 1, 2, 3]);
         let until = Instant::now() + Duration::from_secs(3);
         while Instant::now() < until {
             node.pump(Duration::from_millis(2))?;
-            if node.ep.poll_delivery_with(p, |_| ()).is_some() {
+            if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
                 established += 1;
                 // Stay until the answer is acknowledged: the session is left idle, not with
                 // an answer outstanding.
                 let until = Instant::now() + Duration::from_millis(20);
-                while Instant::now() < until && !node.ep.is_quiet(p) {
+                while Instant::now() < until && !node.endpoint().is_quiet(p) {
                     node.pump(Duration::from_millis(1))?;
                 }
                 break;

@@ -14,8 +14,8 @@ pub(super) fn run(quick: bool, out: &mut Section) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("phyllo-engine-exp-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let (sk, ck) = (StaticKey::generate()?, StaticKey::generate()?);
-    crate::keys::write_pair(&dir.join("server"), &sk)?;
-    crate::keys::write_pair(&dir.join("client"), &ck)?;
+    phyllo_net::keys::write_pair(&dir.join("server"), &sk)?;
+    phyllo_net::keys::write_pair(&dir.join("client"), &ck)?;
     let span = Duration::from_millis(if quick { 700 } else { 3000 });
     // With two CPUs: the server (a child, which inherits this thread's placement) and this
     // client on CPU 0 in both phases, the flood on CPU 1 — so the flood takes no CPU from
@@ -41,8 +41,9 @@ fn serve_flood_runs(
     dir: &std::path::Path,
     out: &mut Section,
 ) -> Result<()> {
-    use crate::sessiond::{Node, DEFAULT_STACK, PING};
+    use crate::app_protocol::PING;
     use phyllo::session::StaticKey;
+    use phyllo_net::{SessionSocket, DEFAULT_STACK};
     use phyllo_udp::udp::{UdpLink, MAX_BATCH};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -84,16 +85,17 @@ fn serve_flood_runs(
     ] {
         let (_server, addr) = super::super::session::spawn_local_serve(&skf, &cpub, extra)?;
         let addr: std::net::SocketAddr = addr.parse()?;
-        let mut node = Node::bind(
+        let mut node = SessionSocket::bind(
             "127.0.0.1:0".parse()?,
             ck.clone(),
             vec![],
             DEFAULT_STACK,
             true,
         )?;
-        let p = node.ep.connect(node.now(), sk.public(), addr);
+        let now = node.now();
+        let p = node.endpoint_mut().connect(now, sk.public(), addr);
         let t0 = std::time::Instant::now();
-        while !node.ep.is_established(p) {
+        while !node.endpoint().is_established(p) {
             anyhow::ensure!(
                 t0.elapsed() < Duration::from_secs(5),
                 "no session with the server"
@@ -103,31 +105,33 @@ fn serve_flood_runs(
         // Initiations from keys the server does not allow (valid mac1), to replay.
         let mut inits = Vec::new();
         for _ in 0..16 {
-            let mut stranger = Node::bind(
+            let mut stranger = SessionSocket::bind(
                 "127.0.0.1:0".parse()?,
                 StaticKey::generate()?,
                 vec![],
                 DEFAULT_STACK,
                 true,
             )?;
-            stranger.ep.connect(stranger.now(), sk.public(), addr);
+            let now = stranger.now();
+            stranger.endpoint_mut().connect(now, sk.public(), addr);
             let mut d = Vec::new();
-            if stranger.ep.poll_transmit(&mut d).is_some() {
+            if stranger.endpoint_mut().poll_transmit(&mut d).is_some() {
                 inits.push(d);
             }
         }
-        let echoes = |node: &mut Node| -> Result<f64> {
+        let echoes = |node: &mut SessionSocket| -> Result<f64> {
             let mut msg = vec![0u8; 32];
             msg[0] = PING;
             let start = std::time::Instant::now();
             let mut n = 0u64;
             while start.elapsed() < span {
-                node.ep
-                    .send(node.now(), p, &msg)
+                let now = node.now();
+                node.endpoint_mut()
+                    .send(now, p, &msg)
                     .map_err(|e| anyhow::anyhow!("ping: {e}"))?;
                 loop {
                     node.pump(Duration::from_millis(2))?;
-                    if node.ep.poll_delivery_with(p, |_| ()).is_some() {
+                    if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
                         n += 1;
                         break;
                     }

@@ -1,87 +1,58 @@
-//! The session endpoint over a real UDP socket, and what `serve` and `connect` say to each
-//! other.
-//!
-//! [`Node`] is the thin driver: it moves datagrams between a [`UdpLink`] (batched
-//! `sendmmsg`/`recvmmsg`) and a sans-IO [`SessionEndpoint`], maps the monotonic clock onto
-//! protocol time and runs the endpoint's timers; the commands do the rest with the endpoint's
-//! own calls. Initiation timestamps come from the wall clock at start-up plus the monotonic
-//! time since, so they grow across restarts of the process.
-//!
-//! The application protocol on top: every message starts with a type byte — `p` a ping (the
-//! server sends it back), `d` data (the server counts it and, with `--out`, writes it to a
-//! file), `e` the end of a stream (the server answers `h` and the SHA-256 of the stream in
-//! hexadecimal).
+//! [`SessionSocket`]: a session endpoint on a UDP socket.
 
-use anyhow::{bail, Context, Result};
-use phyllo::session::endpoint::{Input, PeerId, PeerStats, SessionConfig, SessionEndpoint};
+use crate::NetError;
+use phyllo::session::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::{Connection, Time};
 use phyllo_udp::offload::TxQueue;
 use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A ping; echoed.
-pub const PING: u8 = b'p';
-/// Data of a stream.
-pub const DATA: u8 = b'd';
-/// End of a stream; answered by [`HASH`].
-pub const END: u8 = b'e';
-/// The SHA-256 of a stream, hexadecimal.
-pub const HASH: u8 = b'h';
-
-/// The default stack of sessions.
-pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";
 
 /// Bytes of datagrams a flush queues before it sends them: about sixteen segmented messages.
 const TX_QUEUE_BYTES: usize = 1 << 20;
 
-/// Read a public key from a `.pub` file, or take it as 64 hexadecimal digits.
-pub fn read_public(arg: &str) -> Result<PublicKey> {
-    let text = if Path::new(arg).exists() {
-        std::fs::read_to_string(arg).with_context(|| format!("reading {arg}"))?
-    } else {
-        arg.to_string()
-    };
-    let bytes = phyllo::session::parse_key_hex(&text)
-        .with_context(|| format!("{arg}: not a public key file or 64 hexadecimal digits"))?;
-    Ok(PublicKey(bytes))
-}
+/// The most peers that get a socket of their own (each costs a descriptor); the rest share the
+/// listening socket.
+const MAX_DEDICATED: usize = 512;
 
-/// A flag Ctrl-C sets.
-pub fn interrupted() -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
-    ctrlc::set_handler(move || f.store(true, Ordering::SeqCst))
-        .context("installing the Ctrl-C handler")?;
-    Ok(flag)
-}
-
-/// Whether `flag` was set.
-pub fn is_set(flag: &AtomicBool) -> bool {
-    flag.load(Ordering::SeqCst)
-}
-
-/// A session endpoint on a UDP socket.
-pub struct Node {
-    /// The endpoint.
-    pub ep: SessionEndpoint,
+/// A session endpoint on a UDP socket: the thin driver between a [`UdpLink`] (batched
+/// `sendmmsg`/`recvmmsg`, segmentation offload) and a sans-IO [`SessionEndpoint`].
+///
+/// It moves datagrams between the two, maps the monotonic clock onto protocol time
+/// ([`now`](Self::now)) and runs the endpoint's timers; everything else — connecting,
+/// sending, taking deliveries and events — is the endpoint's own calls, through
+/// [`endpoint`](Self::endpoint) and [`endpoint_mut`](Self::endpoint_mut).
+///
+/// Two ways to drive it:
+///
+/// - blocking: call [`pump`](Self::pump) in a loop; it sends what is queued, waits for input
+///   (at most until the endpoint's next timer), hands it to the endpoint and runs the timers.
+/// - a receive engine (`phyllo_udp::engine`): register [`socket`](Self::socket) (and, with
+///   [`bind_dedicating`](Self::bind_dedicating), each dedicated socket), call
+///   [`receive_some`](Self::receive_some) / [`receive_dedicated`](Self::receive_dedicated)
+///   when one is readable, and [`timers`](Self::timers) and [`flush`](Self::flush) between
+///   turns.
+///
+/// Peers that received data are listed for the program ([`take_readable`](Self::take_readable)),
+/// which then takes their messages with the endpoint's `poll_delivery_with`.
+pub struct SessionSocket {
+    ep: SessionEndpoint,
     link: UdpLink,
     batch: RecvBatch,
+    /// Protocol time zero.
     epoch: Instant,
     tx: TxQueue,
     /// Busy-poll instead of sleeping in the kernel.
-    pub busy: bool,
+    busy: bool,
     /// Peers that received data since the caller last took this list.
-    pub readable: Vec<PeerId>,
+    readable: Vec<PeerId>,
     /// Sockets of their own for peers with an established session, when on
-    /// ([`Node::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
+    /// ([`SessionSocket::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
     dedicated: Vec<Option<(PeerId, UdpLink)>>,
     /// The open ones by peer (a datagram on the shared socket asks whether its peer has one).
-    dedicated_of: std::collections::HashMap<PeerId, usize>,
+    dedicated_of: HashMap<PeerId, usize>,
     /// Indices of dedicated sockets opened, and to be closed, since the driver last looked.
     opened: Vec<usize>,
     closing: Vec<usize>,
@@ -90,28 +61,60 @@ pub struct Node {
 
 /// Check a stack spec before binding anything, so a bad one is an error now, not a failed
 /// session.
-fn check_stack(stack: &str) -> Result<()> {
-    phyllo::stack::build_dyn(stack).with_context(|| format!("stack `{stack}`"))?;
+fn check_stack(stack: &str) -> Result<(), NetError> {
+    phyllo::stack::build_dyn(stack).map_err(|source| NetError::Stack {
+        spec: stack.to_string(),
+        source,
+    })?;
     Ok(())
 }
 
-/// The most peers that get a socket of their own (each costs a descriptor); the rest share the
-/// listening socket.
-const MAX_DEDICATED: usize = 512;
-
-impl Node {
-    /// Bind `addr` and make an endpoint with `key`, accepting `allowed`, whose sessions run
-    /// `stack` (accelerated or not).
+impl SessionSocket {
+    /// Bind `addr` and make an endpoint with `key`, accepting the peers whose public keys are
+    /// `allowed` (none: it only connects), whose sessions run `stack` (a spec such as
+    /// [`DEFAULT_STACK`](crate::DEFAULT_STACK)), behind the Protocol Accelerator if
+    /// `accelerate`.
+    ///
+    /// The stack is checked first, so a bad spec is an error here, not a failed session.
     pub fn bind(
         addr: SocketAddr,
         key: StaticKey,
         allowed: Vec<PublicKey>,
         stack: &str,
         accelerate: bool,
-    ) -> Result<Node> {
+    ) -> Result<SessionSocket, NetError> {
         check_stack(stack)?;
-        let link = UdpLink::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        Node::with_link(link, key, allowed, stack, accelerate)
+        let link = UdpLink::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        SessionSocket::with_link(link, key, allowed, stack, accelerate)
+    }
+
+    /// Like [`bind`](Self::bind), and every peer with an established session gets a socket of
+    /// its own on this address (SO_REUSEPORT, so only sockets of this user may share it), so the
+    /// kernel queues its datagrams apart from whatever else arrives: a flood of junk or
+    /// handshakes fills the listening socket, not theirs. A receive engine serves the sockets
+    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)). The address
+    /// is claimed first with an ordinary bind, so a port already in use is still an error.
+    pub fn bind_dedicating(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+    ) -> Result<SessionSocket, NetError> {
+        check_stack(stack)?;
+        let local = UdpLink::bind(addr)
+            .map_err(|source| NetError::Bind { addr, source })?
+            .local_addr();
+        let link = UdpLink::bind_shared(local).map_err(|source| NetError::BindShared {
+            addr: local,
+            source,
+        })?;
+        let mut socket = SessionSocket::with_link(link, key, allowed, stack, accelerate)?;
+        // The listening socket now takes handshakes and strays: one datagram per buffer, so a
+        // receive quota counts datagrams (coalesced junk would make one buffer a flood).
+        let _ = socket.link.set_gro(false);
+        socket.dedicating = true;
+        Ok(socket)
     }
 
     fn with_link(
@@ -120,13 +123,13 @@ impl Node {
         allowed: Vec<PublicKey>,
         stack: &str,
         accelerate: bool,
-    ) -> Result<Node> {
+    ) -> Result<SessionSocket, NetError> {
         // Coalesced receives where the kernel has them: the batch's 64 KiB buffers take any.
         let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
         let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        getrandom::fill(&mut seed).map_err(NetError::Randomness)?;
         let spec = stack.to_string();
         let ep = SessionEndpoint::new(
             key,
@@ -143,7 +146,7 @@ impl Node {
             }),
             seed,
         );
-        Ok(Node {
+        Ok(SessionSocket {
             ep,
             link,
             batch: RecvBatch::new(MAX_BATCH, 65_536),
@@ -152,11 +155,43 @@ impl Node {
             busy: false,
             readable: Vec::new(),
             dedicated: Vec::new(),
-            dedicated_of: std::collections::HashMap::new(),
+            dedicated_of: HashMap::new(),
             opened: Vec::new(),
             closing: Vec::new(),
             dedicating: false,
         })
+    }
+
+    /// The endpoint (its peers, statistics, keys).
+    pub fn endpoint(&self) -> &SessionEndpoint {
+        &self.ep
+    }
+
+    /// The endpoint, to connect, send, and take deliveries and events. What it queues goes out
+    /// at the next [`flush`](Self::flush) (which [`pump`](Self::pump) and
+    /// [`timers`](Self::timers) call).
+    pub fn endpoint_mut(&mut self) -> &mut SessionEndpoint {
+        &mut self.ep
+    }
+
+    /// Busy-poll the socket in [`pump`](Self::pump) instead of sleeping in the kernel: the
+    /// lowest latency, for one core kept busy. Off by default.
+    pub fn set_busy_poll(&mut self, busy: bool) {
+        self.busy = busy;
+    }
+
+    /// The peers that received data since the last call, each once, in the order their data
+    /// came; their messages wait in the endpoint (`poll_delivery_with`).
+    pub fn take_readable(&mut self) -> Vec<PeerId> {
+        std::mem::take(&mut self.readable)
+    }
+
+    /// Put `peer` back on the list [`take_readable`](Self::take_readable) returns, e.g. when
+    /// the program stopped reading it before its messages ran out.
+    pub fn mark_readable(&mut self, peer: PeerId) {
+        if !self.readable.contains(&peer) {
+            self.readable.push(peer);
+        }
     }
 
     /// The socket's address.
@@ -164,7 +199,7 @@ impl Node {
         self.link.local_addr()
     }
 
-    /// Protocol time now.
+    /// Protocol time now: the monotonic time since the socket was made.
     pub fn now(&self) -> Time {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
@@ -172,7 +207,11 @@ impl Node {
     /// Send everything the endpoint has to send: datagrams are written back to back into one
     /// queue, whose runs go to the kernel as segmented messages where it can
     /// ([`phyllo_udp::offload`]).
-    pub fn flush(&mut self) -> Result<()> {
+    ///
+    /// A datagram the network refuses (no route, unreachable peer) is a loss the protocol
+    /// recovers from, not an error: this does not fail today, and returns a `Result` so that
+    /// it may.
+    pub fn flush(&mut self) -> Result<(), NetError> {
         loop {
             while self.tx.bytes() < TX_QUEUE_BYTES
                 && self.tx.push_with(|b| self.ep.poll_transmit_append(b))
@@ -190,7 +229,7 @@ impl Node {
 
     /// One round: send, wait for input at most `wait` (or until the endpoint's next timer),
     /// hand it to the endpoint, run due timers, send again. Returns datagrams received.
-    pub fn pump(&mut self, wait: Duration) -> Result<usize> {
+    pub fn pump(&mut self, wait: Duration) -> Result<usize, NetError> {
         self.flush()?;
         let now = self.now();
         let wait = match self.ep.poll_timeout() {
@@ -201,9 +240,11 @@ impl Node {
         let mut got = if self.busy {
             self.link
                 .recv_busy(&mut self.batch, Instant::now() + wait)
-                .context("receiving")?
+                .map_err(NetError::Receive)?
         } else if wait.is_zero() {
-            self.link.try_recv(&mut self.batch).context("receiving")?
+            self.link
+                .try_recv(&mut self.batch)
+                .map_err(NetError::Receive)?
         } else {
             self.link
                 .recv_timeout(&mut self.batch, Some(wait.max(Duration::from_micros(50))))
@@ -211,7 +252,7 @@ impl Node {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(0),
                     _ => Err(e),
                 })
-                .context("receiving")?
+                .map_err(NetError::Receive)?
         };
         let mut total = 0;
         let mut rounds = 0;
@@ -222,7 +263,10 @@ impl Node {
                 break;
             }
             self.flush()?;
-            got = self.link.try_recv(&mut self.batch).context("receiving")?;
+            got = self
+                .link
+                .try_recv(&mut self.batch)
+                .map_err(NetError::Receive)?;
         }
         self.timers()?;
         Ok(total)
@@ -279,33 +323,6 @@ impl Node {
         }
     }
 
-    /// Like [`bind`](Self::bind), and every peer with an established session gets a socket of
-    /// its own on this address (SO_REUSEPORT, so only sockets of this user may share it), so the
-    /// kernel queues its datagrams apart from whatever else arrives: a flood of junk or
-    /// handshakes fills the listening socket, not theirs. A receive engine serves the sockets
-    /// ([`take_opened`](Self::take_opened), [`take_closing`](Self::take_closing)). The address
-    /// is claimed first with an ordinary bind, so a port already in use is still an error.
-    pub fn bind_dedicating(
-        addr: SocketAddr,
-        key: StaticKey,
-        allowed: Vec<PublicKey>,
-        stack: &str,
-        accelerate: bool,
-    ) -> Result<Node> {
-        check_stack(stack)?;
-        let local = UdpLink::bind(addr)
-            .with_context(|| format!("cannot listen on {addr}"))?
-            .local_addr();
-        let link = UdpLink::bind_shared(local)
-            .with_context(|| format!("cannot listen on {local} (shared)"))?;
-        let mut node = Node::with_link(link, key, allowed, stack, accelerate)?;
-        // The listening socket now takes handshakes and strays: one datagram per buffer, so a
-        // receive quota counts datagrams (coalesced junk would make one buffer a flood).
-        let _ = node.link.set_gro(false);
-        node.dedicating = true;
-        Ok(node)
-    }
-
     /// Whether dedicated sockets were opened since [`take_opened`](Self::take_opened).
     pub fn has_opened(&self) -> bool {
         !self.opened.is_empty()
@@ -335,8 +352,10 @@ impl Node {
         self.dedicated.get(i)?.as_ref().map(|(_, l)| l)
     }
 
-    /// Like [`receive_some`](Self::receive_some), from dedicated socket `i`.
-    pub fn receive_dedicated(&mut self, i: usize, max: usize) -> Result<usize> {
+    /// Like [`receive_some`](Self::receive_some), from dedicated socket `i`. An error on the
+    /// socket (the peer's ICMP port unreachable when it has gone) marks it for closing
+    /// ([`take_closing`](Self::take_closing)) and is not returned.
+    pub fn receive_dedicated(&mut self, i: usize, max: usize) -> Result<usize, NetError> {
         let Some(Some((_, link))) = self.dedicated.get_mut(i) else {
             return Ok(0);
         };
@@ -375,11 +394,11 @@ impl Node {
     /// Take at most `max` receive buffers off the socket without waiting and hand their
     /// datagrams to the endpoint (the receive engine's callback: the rest stays in the socket);
     /// how many buffers were taken.
-    pub fn receive_some(&mut self, max: usize) -> Result<usize> {
+    pub fn receive_some(&mut self, max: usize) -> Result<usize, NetError> {
         let got = self
             .link
             .try_recv_some(&mut self.batch, max)
-            .context("receiving")?;
+            .map_err(NetError::Receive)?;
         if got > 0 {
             self.handle_batch(true);
         }
@@ -387,7 +406,7 @@ impl Node {
     }
 
     /// Run the endpoint's due timers and send what they produce.
-    pub fn timers(&mut self) -> Result<()> {
+    pub fn timers(&mut self) -> Result<(), NetError> {
         let now = self.now();
         if self.ep.poll_timeout().is_some_and(|t| t <= now) {
             self.ep.handle_timeout(now);
@@ -404,72 +423,8 @@ impl Node {
         self.ep.poll_timeout().map(|t| t - now)
     }
 
-    /// The socket (for registering with a receive engine).
+    /// The listening socket (for registering with a receive engine).
     pub fn socket(&self) -> &UdpLink {
         &self.link
-    }
-}
-
-/// A peer's statistics as one line.
-pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> String {
-    let fast = s.fast_msgs + s.slow_msgs;
-    let ratio = if fast > 0 {
-        format!("{:.3}", s.fast_msgs as f64 / fast as f64)
-    } else {
-        "-".into()
-    };
-    let key = key.to_string();
-    format!(
-        "peer {}… at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
-         fast-path ratio {}, datagrams dropped {}, returned unconfirmed {}",
-        &key[..12],
-        addr.map_or("?".into(), |a| a.to_string()),
-        s.sessions,
-        s.sent_msgs,
-        s.delivered,
-        s.datagrams_out,
-        s.datagrams_in,
-        s.bytes_out,
-        ratio,
-        s.input_drops,
-        s.unconfirmed,
-    )
-}
-
-/// The endpoint's drops by reason as one line.
-pub fn drops_line(ep: &SessionEndpoint) -> String {
-    let s = ep.stats();
-    let drops: Vec<String> = phyllo::session::endpoint::Drop::ALL
-        .iter()
-        .filter(|&&d| s.dropped(d) > 0)
-        .map(|&d| format!("{} {}", d.name(), s.dropped(d)))
-        .collect();
-    format!(
-        "endpoint: sessions established {}, ended {}, cookie replies {}, drops: {}",
-        s.established,
-        s.ended,
-        s.cookie_replies,
-        if drops.is_empty() {
-            "none".into()
-        } else {
-            drops.join(", ")
-        }
-    )
-}
-
-/// Hexadecimal SHA-256.
-pub fn hex_digest(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Fail unless `s` names a socket address.
-pub fn parse_addr(s: &str) -> Result<SocketAddr> {
-    use std::net::ToSocketAddrs;
-    match s.to_socket_addrs() {
-        Ok(mut it) => match it.next() {
-            Some(a) => Ok(a),
-            None => bail!("{s}: no address"),
-        },
-        Err(e) => bail!("{s}: not an address ({e})"),
     }
 }

@@ -1,0 +1,101 @@
+//! The application protocol `phyllo serve` and `phyllo connect` speak over their sessions,
+//! and what the two commands share besides (statistics lines, addresses, Ctrl-C).
+//!
+//! Every message starts with a type byte — `p` a ping (the server sends it back), `d` data
+//! (the server counts it and, with `--out`, writes it to a file), `e` the end of a stream (the
+//! server answers `h` and the SHA-256 of the stream in hexadecimal). The sessions themselves
+//! run on [`phyllo_net::SessionSocket`].
+
+use anyhow::{bail, Context, Result};
+use phyllo::session::endpoint::{PeerStats, SessionEndpoint};
+use phyllo::session::PublicKey;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A ping; echoed.
+pub const PING: u8 = b'p';
+/// Data of a stream.
+pub const DATA: u8 = b'd';
+/// End of a stream; answered by [`HASH`].
+pub const END: u8 = b'e';
+/// The SHA-256 of a stream, hexadecimal.
+pub const HASH: u8 = b'h';
+
+/// A flag Ctrl-C sets.
+pub fn interrupted() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    ctrlc::set_handler(move || f.store(true, Ordering::SeqCst))
+        .context("installing the Ctrl-C handler")?;
+    Ok(flag)
+}
+
+/// Whether `flag` was set.
+pub fn is_set(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::SeqCst)
+}
+
+/// A peer's statistics as one line.
+pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> String {
+    let fast = s.fast_msgs + s.slow_msgs;
+    let ratio = if fast > 0 {
+        format!("{:.3}", s.fast_msgs as f64 / fast as f64)
+    } else {
+        "-".into()
+    };
+    let key = key.to_string();
+    format!(
+        "peer {}… at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
+         fast-path ratio {}, datagrams dropped {}, returned unconfirmed {}",
+        &key[..12],
+        addr.map_or("?".into(), |a| a.to_string()),
+        s.sessions,
+        s.sent_msgs,
+        s.delivered,
+        s.datagrams_out,
+        s.datagrams_in,
+        s.bytes_out,
+        ratio,
+        s.input_drops,
+        s.unconfirmed,
+    )
+}
+
+/// The endpoint's drops by reason as one line.
+pub fn drops_line(ep: &SessionEndpoint) -> String {
+    let s = ep.stats();
+    let drops: Vec<String> = phyllo::session::endpoint::Drop::ALL
+        .iter()
+        .filter(|&&d| s.dropped(d) > 0)
+        .map(|&d| format!("{} {}", d.name(), s.dropped(d)))
+        .collect();
+    format!(
+        "endpoint: sessions established {}, ended {}, cookie replies {}, drops: {}",
+        s.established,
+        s.ended,
+        s.cookie_replies,
+        if drops.is_empty() {
+            "none".into()
+        } else {
+            drops.join(", ")
+        }
+    )
+}
+
+/// Hexadecimal SHA-256.
+pub fn hex_digest(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Fail unless `s` names a socket address.
+pub fn parse_addr(s: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    match s.to_socket_addrs() {
+        Ok(mut it) => match it.next() {
+            Some(a) => Ok(a),
+            None => bail!("{s}: no address"),
+        },
+        Err(e) => bail!("{s}: not an address ({e})"),
+    }
+}

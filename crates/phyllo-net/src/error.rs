@@ -1,0 +1,107 @@
+//! What can go wrong on the way between a program and the sockets.
+
+use phyllo::session::{HandshakeError, KeyParseError};
+use phyllo::stack::SpecError;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// An error of the runtime or its key files.
+///
+/// The message says what was being done; the cause, where there is one, is the error's
+/// [`source`](std::error::Error::source) (print the whole chain, e.g. with anyhow's `{:#}`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// The address could not be bound (in use, not local, not permitted).
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why the operating system refused.
+        #[source]
+        source: io::Error,
+    },
+    /// The shared (`SO_REUSEPORT`) listening socket of
+    /// [`SessionSocket::bind_dedicating`](crate::SessionSocket::bind_dedicating) could not be
+    /// bound.
+    #[error("cannot listen on {addr} (shared)")]
+    BindShared {
+        /// The address claimed first with an ordinary bind.
+        addr: SocketAddr,
+        /// Why the operating system refused.
+        #[source]
+        source: io::Error,
+    },
+    /// The stack spec does not build.
+    #[error("stack `{spec}`")]
+    Stack {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        #[source]
+        source: SpecError,
+    },
+    /// Receiving from the socket failed.
+    #[error("receiving")]
+    Receive(#[source] io::Error),
+    /// The operating system had no randomness for the endpoint's seed.
+    #[error("no randomness")]
+    Randomness(#[source] getrandom::Error),
+    /// A key file could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A key file could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Neither a public key file nor a public key in hexadecimal.
+    #[error("{arg}: not a public key file or 64 hexadecimal digits")]
+    PublicKey {
+        /// The path or text given.
+        arg: String,
+        /// What is wrong with the text.
+        #[source]
+        source: KeyParseError,
+    },
+    /// A private key file whose text is not a key.
+    #[error("{}: not a key", path.display())]
+    PrivateKeyText {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with the text.
+        #[source]
+        source: KeyParseError,
+    },
+    /// A private key file whose 32 bytes are not a usable private key.
+    #[error("{}: not a key", path.display())]
+    PrivateKey {
+        /// The file.
+        path: PathBuf,
+        /// Why the key was refused.
+        #[source]
+        source: HandshakeError,
+    },
+    /// A line of an allow file that is not a public key.
+    #[error("{}:{line}: not a public key", path.display())]
+    AllowFile {
+        /// The file.
+        path: PathBuf,
+        /// The line, counting from 1.
+        line: usize,
+        /// What is wrong with it.
+        #[source]
+        source: KeyParseError,
+    },
+}

@@ -1,0 +1,141 @@
+//! The examples against each other: `echo_server` and `echo_client` in two processes on
+//! 127.0.0.1. `cargo test` builds the examples before it runs this.
+
+use phyllo::session::StaticKey;
+use phyllo_net::keys;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// An example's binary: cargo puts them in `examples/` beside the `deps/` directory this test
+/// runs from.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo test -p phyllo-net` (which builds the examples)",
+        path.display()
+    );
+    path
+}
+
+/// A process killed when dropped, so a failing test leaves no server behind.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The output of `child` once it exits; panics (killing it) if that takes longer than `limit`.
+fn output_within(child: Child, limit: Duration) -> Output {
+    let mut child = Killed(child);
+    let until = Instant::now() + limit;
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "still running after {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // It has exited (dropping `child` kills nothing): its output, which fits in the pipes.
+    let c = &mut child.0;
+    Output {
+        status: c.wait().unwrap(),
+        stdout: std::io::read_to_string(c.stdout.take().unwrap())
+            .unwrap()
+            .into_bytes(),
+        stderr: std::io::read_to_string(c.stderr.take().unwrap())
+            .unwrap()
+            .into_bytes(),
+    }
+}
+
+/// Run the client against `addr` with the server's public key and the client key `key`.
+fn client(addr: &str, server_key: &str, key: &Path, count: u32) -> Output {
+    let child = Command::new(example("echo_client"))
+        .args([
+            addr,
+            "--server-key",
+            server_key,
+            "--count",
+            &count.to_string(),
+        ])
+        .arg("--key")
+        .arg(key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    output_within(child, Duration::from_secs(30))
+}
+
+#[test]
+fn the_echo_client_gets_its_echoes_from_the_echo_server() {
+    let dir = std::env::temp_dir().join(format!("phyllo-net-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client_key = dir.join("client.key");
+    keys::write_pair(&client_key, &StaticKey::generate().unwrap()).unwrap();
+    let server_key = dir.join("server.key");
+    let _ = std::fs::remove_file(&server_key);
+
+    // The server writes its key pair and prints where it listens on its first line.
+    let mut server = Killed(
+        Command::new(example("echo_server"))
+            .args(["--listen", "127.0.0.1:0", "--allow"])
+            .arg(keys::public_path(&client_key))
+            .arg("--key")
+            .arg(&server_key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = server.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server printed no address");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (addr, public) = match words[..] {
+        ["listening", "on", addr, "public", "key", public] => (addr, public),
+        _ => panic!("unexpected first line from the server: {line:?}"),
+    };
+    assert_eq!(
+        keys::read_public(keys::public_path(&server_key).to_str().unwrap())
+            .unwrap()
+            .to_string(),
+        public
+    );
+
+    // The server's public key as a file, and as hexadecimal digits.
+    let server_pub = keys::public_path(&server_key);
+    let o = client(addr, server_pub.to_str().unwrap(), &client_key, 20);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.starts_with("20 echoes from 127.0.0.1:"), "{stdout}");
+    let o = client(addr, public, &client_key, 3);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A key the server does not allow gets no session: the client fails, it does not hang.
+    let stranger = dir.join("stranger.key");
+    let o = client(addr, public, &stranger, 1);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("no session"), "{stderr}");
+
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
