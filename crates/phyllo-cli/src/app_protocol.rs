@@ -65,7 +65,7 @@ pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> S
 /// The endpoint's drops by reason as one line.
 pub fn drops_line(ep: &SessionEndpoint) -> String {
     let s = ep.stats();
-    let drops: Vec<String> = phyllo::session::endpoint::Drop::ALL
+    let drops: Vec<String> = phyllo::session::endpoint::Discard::ALL
         .iter()
         .filter(|&&d| s.dropped(d) > 0)
         .map(|&d| format!("{} {}", d.name(), s.dropped(d)))

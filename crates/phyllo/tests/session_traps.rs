@@ -6,7 +6,7 @@
 
 use phyllo::harness::net::SessionNet;
 use phyllo::link::memlink::Faults;
-use phyllo::session::endpoint::{Drop, Event, SessionConfig, SessionEndpoint, SessionSendError};
+use phyllo::session::endpoint::{Discard, Event, SessionConfig, SessionEndpoint, SessionSendError};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::Time;
 use rand::{Rng, SeedableRng};
@@ -536,7 +536,11 @@ fn a_restarted_library_client_on_the_default_config_reconnects_at_once() {
         let p = second.ep.connect(now, sk.public(), server.at);
         second.ep.send(now, p, b"from the second").unwrap();
         pump(&mut second, &mut server);
-        assert_eq!(server.ep.stats().dropped(Drop::Replay), 0, "accel {accel}");
+        assert_eq!(
+            server.ep.stats().dropped(Discard::Replay),
+            0,
+            "accel {accel}"
+        );
         assert!(
             second.ep.is_established(p),
             "accel {accel}: not reconnected at once"

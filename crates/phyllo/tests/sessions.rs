@@ -511,7 +511,7 @@ fn under_load_one_flooding_address_is_rate_limited_before_any_mac_and_others_sti
     let now = Time(2_000_000_000);
     let rate_limited = |s: &SessionEndpoint| {
         s.stats()
-            .dropped(phyllo::session::endpoint::Drop::RateLimited)
+            .dropped(phyllo::session::endpoint::Discard::RateLimited)
     };
     for i in 0..2000 {
         server.handle_datagram(now, flooder, &inits[i % inits.len()]);

@@ -24,7 +24,7 @@ use super::net::SessionNet;
 use crate::accel::preamble::{Preamble, PREAMBLE_LEN};
 use crate::link::memlink::Faults;
 use crate::session::endpoint::{
-    Drop, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER,
+    Discard, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER,
 };
 use crate::session::mac::ResponderMacKeys;
 use crate::session::{Initiation, StaticKey};
@@ -270,7 +270,7 @@ pub fn run(cfg: &AttackConfig) -> Result<AttackReport, AttackError> {
         sessions,
         sessions_lost: ended.max(lost_by_delivery),
         injected,
-        server_drops: Drop::ALL
+        server_drops: Discard::ALL
             .iter()
             .map(|&d| (d.name(), s.dropped(d)))
             .filter(|&(_, n)| n > 0)

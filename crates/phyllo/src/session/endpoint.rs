@@ -19,7 +19,7 @@
 //! Noise handshake, the allowed-peer list and the replay rule before any state exists for it;
 //! a response must complete the pending initiation it names; data must be authenticated as
 //! new by its session's connection ([`Received::is_fresh`]: for a sealed stack, `seal` passed
-//! it) before the session's liveness or the peer's address is updated. Everything else is a counted [`Drop`]. State before
+//! it) before the session's liveness or the peer's address is updated. Everything else is a counted [`Discard`]. State before
 //! authentication is none at all: a responder keeps nothing per initiation it has not
 //! accepted; under load (more than [`SessionConfig::handshakes_per_sec`] Diffie-Hellman
 //! operations in the last second) it asks for a cookie ([`super::mac`]) before doing any.
@@ -352,9 +352,9 @@ pub enum Event {
     },
 }
 
-/// Why a datagram was dropped.
+/// Why a datagram was discarded (each reason counted in [`SessionEndpointStats`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Drop {
+pub enum Discard {
     /// Too short for its type.
     Truncated,
     /// An unknown first byte.
@@ -383,49 +383,49 @@ pub enum Drop {
     RateLimited,
 }
 
-impl Drop {
+impl Discard {
     /// Every reason, in declaration order: a reason's counter is `drops[reason as usize]`.
-    pub const ALL: [Drop; 13] = [
-        Drop::Truncated,
-        Drop::UnknownType,
-        Drop::UnknownIndex,
-        Drop::Mac1,
-        Drop::CookieRequired,
-        Drop::HandshakeAuth,
-        Drop::UnknownPeer,
-        Drop::Replay,
-        Drop::Malformed,
-        Drop::BadCookieReply,
-        Drop::TooManySessions,
-        Drop::Refused,
-        Drop::RateLimited,
+    pub const ALL: [Discard; 13] = [
+        Discard::Truncated,
+        Discard::UnknownType,
+        Discard::UnknownIndex,
+        Discard::Mac1,
+        Discard::CookieRequired,
+        Discard::HandshakeAuth,
+        Discard::UnknownPeer,
+        Discard::Replay,
+        Discard::Malformed,
+        Discard::BadCookieReply,
+        Discard::TooManySessions,
+        Discard::Refused,
+        Discard::RateLimited,
     ];
 
     /// A short name for reports.
     pub fn name(self) -> &'static str {
         match self {
-            Drop::Truncated => "truncated",
-            Drop::UnknownType => "unknown type",
-            Drop::UnknownIndex => "unknown session",
-            Drop::Mac1 => "bad mac1",
-            Drop::CookieRequired => "cookie required",
-            Drop::HandshakeAuth => "handshake auth",
-            Drop::UnknownPeer => "unknown peer",
-            Drop::Replay => "replayed initiation",
-            Drop::Malformed => "malformed handshake",
-            Drop::BadCookieReply => "bad cookie reply",
-            Drop::TooManySessions => "too many sessions",
-            Drop::Refused => "refused by session",
-            Drop::RateLimited => "rate-limited source",
+            Discard::Truncated => "truncated",
+            Discard::UnknownType => "unknown type",
+            Discard::UnknownIndex => "unknown session",
+            Discard::Mac1 => "bad mac1",
+            Discard::CookieRequired => "cookie required",
+            Discard::HandshakeAuth => "handshake auth",
+            Discard::UnknownPeer => "unknown peer",
+            Discard::Replay => "replayed initiation",
+            Discard::Malformed => "malformed handshake",
+            Discard::BadCookieReply => "bad cookie reply",
+            Discard::TooManySessions => "too many sessions",
+            Discard::Refused => "refused by session",
+            Discard::RateLimited => "rate-limited source",
         }
     }
 
-    fn of(e: &HandshakeError) -> Drop {
+    fn of(e: &HandshakeError) -> Discard {
         match e {
-            HandshakeError::Malformed | HandshakeError::BadKey(_) => Drop::Malformed,
-            HandshakeError::Auth | HandshakeError::WrongSession => Drop::HandshakeAuth,
-            HandshakeError::UnknownPeer(_) => Drop::UnknownPeer,
-            HandshakeError::Replay => Drop::Replay,
+            HandshakeError::Malformed | HandshakeError::BadKey(_) => Discard::Malformed,
+            HandshakeError::Auth | HandshakeError::WrongSession => Discard::HandshakeAuth,
+            HandshakeError::UnknownPeer(_) => Discard::UnknownPeer,
+            HandshakeError::Replay => Discard::Replay,
         }
     }
 }
@@ -440,7 +440,7 @@ pub enum Input {
     /// A cookie reply was taken; the initiation went out again with the cookie.
     Cookie(PeerId),
     /// Counted and dropped.
-    Dropped(Drop),
+    Dropped(Discard),
 }
 
 /// The application's message was not taken.
@@ -463,8 +463,8 @@ pub enum SessionSendError {
 /// Endpoint counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionEndpointStats {
-    /// Drops, indexed like [`Drop::ALL`].
-    pub drops: [u64; Drop::ALL.len()],
+    /// Drops, indexed like [`Discard::ALL`].
+    pub drops: [u64; Discard::ALL.len()],
     /// Initiations sent.
     pub initiations_sent: u64,
     /// Cookie replies sent.
@@ -477,7 +477,7 @@ pub struct SessionEndpointStats {
 
 impl SessionEndpointStats {
     /// Drops for `reason`.
-    pub fn dropped(&self, reason: Drop) -> u64 {
+    pub fn dropped(&self, reason: Discard) -> u64 {
         self.drops[reason as usize]
     }
 
@@ -748,11 +748,11 @@ impl<S: LayerSet> Peer<S> {
 
 /// The session index after a datagram's type byte (every message type but the initiation
 /// carries the receiver's there).
-fn receiver_index(d: &[u8]) -> Result<u32, Drop> {
+fn receiver_index(d: &[u8]) -> Result<u32, Discard> {
     d.get(1..DATA_HEADER)
         .and_then(|b| b.try_into().ok())
         .map(u32::from_le_bytes)
-        .ok_or(Drop::Truncated)
+        .ok_or(Discard::Truncated)
 }
 
 /// How long after the `attempts`-th initiation the next goes out. While messages wait
@@ -1290,12 +1290,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// Handle a datagram from `from`.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Input {
         let r = match d.first() {
-            None => Err(Drop::Truncated),
+            None => Err(Discard::Truncated),
             Some(&super::INITIATION) => self.on_initiation(now, from, d),
             Some(&super::RESPONSE) => self.on_response(now, from, d),
             Some(&COOKIE_REPLY) => self.on_cookie_reply(now, d),
             Some(&DATA) => self.on_data(now, from, d),
-            Some(_) => Err(Drop::UnknownType),
+            Some(_) => Err(Discard::UnknownType),
         };
         match r {
             Ok(input) => input,
@@ -1339,18 +1339,18 @@ impl<S: LayerSet> SessionEndpoint<S> {
         true
     }
 
-    fn on_initiation(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+    fn on_initiation(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
         if self.under_load(now) {
             if !self.source_allows(now, from) {
-                return Err(Drop::RateLimited);
+                return Err(Discard::RateLimited);
             }
         } else if !self.sources.is_empty() {
             // Load is over: the per-source state goes.
             self.sources = HashMap::new();
         }
-        let (body, mac1, mac2) = self.jar.keys().check_mac1(d).ok_or(Drop::Mac1)?;
+        let (body, mac1, mac2) = self.jar.keys().check_mac1(d).ok_or(Discard::Mac1)?;
         if body.len() < 5 {
-            return Err(Drop::Truncated);
+            return Err(Discard::Truncated);
         }
         if self.under_load(now) {
             let with_mac1 = &d[..body.len() + MAC_LEN];
@@ -1360,29 +1360,29 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 .check_mac2(now, from, with_mac1, mac2, || rng.random())
             {
                 let nonce: [u8; 24] = self.rng.random();
-                let index: [u8; 4] = body[1..5].try_into().map_err(|_| Drop::Truncated)?;
+                let index: [u8; 4] = body[1..5].try_into().map_err(|_| Discard::Truncated)?;
                 let rng = &mut self.rng;
                 let reply = self
                     .jar
                     .reply(now, from, index, mac1, nonce, || rng.random());
                 self.control.push_back((from, reply));
                 self.stats.cookie_replies += 1;
-                return Err(Drop::CookieRequired);
+                return Err(Discard::CookieRequired);
             }
         }
         // Every Diffie-Hellman counts against the rate, whether it authenticates or not.
         let interval = Duration::from_secs(1) / self.cfg.handshakes_per_sec.max(1);
         self.load_tat = self.load_tat.max(now) + interval;
         if self.sessions >= self.cfg.max_sessions {
-            return Err(Drop::TooManySessions);
+            return Err(Discard::TooManySessions);
         }
         let index = self.fresh_index();
         let (keys, response) = self
             .responder
             .respond(body, index)
-            .map_err(|e| Drop::of(&e))?;
+            .map_err(|e| Discard::of(&e))?;
         let p = self.peer_for(keys.peer);
-        let (conn, keys) = self.build(keys).ok_or(Drop::Malformed)?;
+        let (conn, keys) = self.build(keys).ok_or(Discard::Malformed)?;
         let peer = &mut self.peers[p.0 as usize];
         // Crossing handshakes: the peer's initiation wins, ours is dropped.
         if let Some(pd) = peer.pending.take() {
@@ -1393,38 +1393,38 @@ impl<S: LayerSet> SessionEndpoint<S> {
         Ok(Input::Handshake(p))
     }
 
-    fn on_response(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+    fn on_response(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
         let index = receiver_index(d)?;
-        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let p = *self.by_index.get(&index).ok_or(Discard::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let pd = match &mut peer.pending {
             Some(pd) if pd.init.index() == index => pd,
-            _ => return Err(Drop::UnknownIndex),
+            _ => return Err(Discard::UnknownIndex),
         };
-        let keys = pd.init.finish(d).map_err(|e| Drop::of(&e))?;
+        let keys = pd.init.finish(d).map_err(|e| Discard::of(&e))?;
         let first = pd.first_sent;
         peer.handshake_rtt = Some(now.since(pd.sent_at));
         peer.pending = None;
         peer.stats.handshake_time = Some(now.since(first));
-        let (conn, keys) = self.build(keys).ok_or(Drop::Malformed)?;
+        let (conn, keys) = self.build(keys).ok_or(Discard::Malformed)?;
         self.install(now, p, keys, conn, from);
         Ok(Input::Handshake(p))
     }
 
-    fn on_cookie_reply(&mut self, now: Time, d: &[u8]) -> Result<Input, Drop> {
+    fn on_cookie_reply(&mut self, now: Time, d: &[u8]) -> Result<Input, Discard> {
         let index = receiver_index(d)?;
-        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let p = *self.by_index.get(&index).ok_or(Discard::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let (Some(pd), Some(addr)) = (&peer.pending, peer.addr) else {
-            return Err(Drop::UnknownIndex);
+            return Err(Discard::UnknownIndex);
         };
         if pd.init.index() != index {
-            return Err(Drop::UnknownIndex);
+            return Err(Discard::UnknownIndex);
         }
         let keys = ResponderMacKeys::new(&peer.key.0);
         let cookie = keys
             .open_cookie_reply(d, &pd.mac1)
-            .ok_or(Drop::BadCookieReply)?;
+            .ok_or(Discard::BadCookieReply)?;
         peer.cookie = Some((cookie, now));
         // The responder did no work for the initiation: send the same one again, with mac2.
         let mut msg = pd.body.clone();
@@ -1433,14 +1433,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
         Ok(Input::Cookie(p))
     }
 
-    fn on_data(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Drop> {
+    fn on_data(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
         let index = receiver_index(d)?;
-        let p = *self.by_index.get(&index).ok_or(Drop::UnknownIndex)?;
+        let p = *self.by_index.get(&index).ok_or(Discard::UnknownIndex)?;
         let peer = &mut self.peers[p.0 as usize];
         let s = peer
             .sessions_mut()
             .find(|s| s.local == index)
-            .ok_or(Drop::UnknownIndex)?;
+            .ok_or(Discard::UnknownIndex)?;
         let received = s.conn.handle_datagram(now, &d[DATA_HEADER..]);
         if received.is_fresh() {
             // Authenticated and new (a nonce the session had not seen): the peer is alive,
@@ -1461,7 +1461,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if received.is_accepted() {
             Ok(Input::Data(p))
         } else {
-            Err(Drop::Refused)
+            Err(Discard::Refused)
         }
     }
 
