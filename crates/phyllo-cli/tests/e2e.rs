@@ -1,6 +1,6 @@
 //! `phyllo serve` and `phyllo connect` as two processes: a 256 MiB file over loopback, a file
-//! across two network namespaces through `phyllo relay`'s impaired path, and the one-line
-//! errors of bad input.
+//! across two network namespaces through `phyllo relay`'s impaired path, the one-line
+//! errors of bad input, and the runtime crate's `echo_client` example against `phyllo serve`.
 
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest, Sha256};
@@ -387,5 +387,48 @@ fn serve_outlives_clients_that_come_and_go() {
     assert!(
         matches!(srv.0.try_wait(), Ok(None)),
         "the server is still up"
+    );
+}
+
+/// A program on the runtime crate talks to `phyllo serve`: phyllo-net's `echo_client`
+/// example (built by `cargo test` for the workspace) gets its pings echoed.
+#[test]
+fn the_runtime_s_echo_client_example_talks_to_phyllo_serve() {
+    let example = Path::new(BIN)
+        .parent()
+        .map(|d| d.join("examples").join("echo_client"))
+        .filter(|p| p.exists());
+    let Some(example) = example else {
+        eprintln!(
+            "SKIPPED: phyllo-net's echo_client example is not built here (`cargo test` for the \
+             workspace builds it; `cargo build -p phyllo-net --examples` does too)"
+        );
+        return;
+    };
+    let dir = tmpdir("echo-client");
+    let server = keygen(&dir, "server");
+    let client = dir.join("client");
+    // The example writes its key pair on first use; the server must allow it from the start.
+    let key = Command::new(BIN)
+        .args(["keygen", "--out"])
+        .arg(&client)
+        .output()
+        .unwrap();
+    assert!(key.status.success());
+    let mut serve = Command::new(BIN);
+    serve.args(["serve", "--listen", "127.0.0.1:0", "--print-addr", "--key"]);
+    serve.arg(&server).args(["--allow", &pubfile(&client)]);
+    let (_srv, addr) = spawn_with_addr(serve);
+    let o = Command::new(example)
+        .arg(&addr)
+        .args(["--server-key", &pubfile(&server), "--count", "10", "--key"])
+        .arg(&client)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && stdout(&o).contains("10 echoes"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
     );
 }

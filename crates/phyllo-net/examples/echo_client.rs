@@ -1,5 +1,6 @@
-//! An echo client: connects to `echo_server`, sends messages one at a time and checks that
-//! each comes back unchanged.
+//! An echo client: connects to `echo_server` (or to `phyllo serve`, which echoes every
+//! message that starts with `p`), sends messages one at a time and checks that each comes back
+//! unchanged.
 //!
 //! ```text
 //! cargo run -p phyllo-net --example echo_client -- 127.0.0.1:7700 \
@@ -65,7 +66,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     for i in 0..count {
-        let message = format!("message {i}").into_bytes();
+        // "ping …": `phyllo serve` echoes messages that start with `p` too.
+        let message = format!("ping {i}").into_bytes();
         let now = socket.now();
         socket.endpoint_mut().send(now, peer, &message)?;
         let deadline = Instant::now() + TIMEOUT;
