@@ -320,21 +320,28 @@ fn bad_input_gives_one_line_errors() {
         .output()
         .unwrap();
     one_line_error(&o, "cannot listen on");
-    // A malformed key file.
+    // A malformed key file (private, as a key file must be), and a good key others may read.
+    use std::os::unix::fs::PermissionsExt;
     let bad = dir.join("bad");
     std::fs::write(&bad, "not a key\n").unwrap();
-    let o = Command::new(BIN)
-        .args([
-            "connect",
-            &addr,
-            "--key",
-            bad.to_str().unwrap(),
-            "--server-key",
-        ])
-        .arg(pubfile(&s))
-        .output()
-        .unwrap();
-    one_line_error(&o, "not a key");
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = dir.join("open");
+    std::fs::copy(&c, &open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (key, needle) in [(&bad, "not a key"), (&open, "readable by others")] {
+        let o = Command::new(BIN)
+            .args([
+                "connect",
+                &addr,
+                "--key",
+                key.to_str().unwrap(),
+                "--server-key",
+            ])
+            .arg(pubfile(&s))
+            .output()
+            .unwrap();
+        one_line_error(&o, needle);
+    }
     // The genuine pair works after all that.
     let o = Command::new(BIN)
         .args(["connect", &addr, "--ping", "20", "--size", "64", "--quiet"])

@@ -75,6 +75,18 @@ pub enum NetError {
         #[source]
         source: KeyParseError,
     },
+    /// A private key file others may read (on Unix: any group or other permission bit), as
+    /// ssh refuses one: whoever can read it can be this end.
+    #[error(
+        "{}: the private key is readable by others (mode {mode:o}); `chmod 600` it",
+        path.display()
+    )]
+    KeyPermissions {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// A private key file whose text is not a key.
     #[error("{}: not a key", path.display())]
     PrivateKeyText {

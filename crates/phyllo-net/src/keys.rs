@@ -35,8 +35,24 @@ pub fn read_public(arg: &str) -> Result<PublicKey, NetError> {
     Ok(PublicKey(bytes))
 }
 
-/// Read a private key file (as [`write_pair`] writes it).
+/// Read a private key file (as [`write_pair`] writes it). On Unix a file that its group or
+/// others may read or write is refused ([`NetError::KeyPermissions`]).
 pub fn read_private(path: &Path) -> Result<StaticKey, NetError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|source| NetError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(NetError::KeyPermissions {
+                path: path.into(),
+                mode,
+            });
+        }
+    }
     let text = std::fs::read_to_string(path).map_err(|source| NetError::Read {
         path: path.into(),
         source,
@@ -119,6 +135,24 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("phyllo-net-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_private_key_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("perm");
+        let path = dir.join("key");
+        let key = StaticKey::generate().unwrap();
+        write_pair(&path, &key).unwrap();
+        assert_eq!(read_private(&path).unwrap().public(), key.public());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = read_private(&path).unwrap_err();
+        assert!(
+            matches!(err, NetError::KeyPermissions { mode: 0o644, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("chmod 600"), "{err}");
     }
 
     #[test]
