@@ -293,8 +293,6 @@ pub struct Connection<S: LayerSet = DynStack> {
     core: Core<S>,
     pa: Option<Box<Accelerator>>,
     max_message: usize,
-    /// Whether a layer needs keys (one authenticates datagrams).
-    keyed: bool,
 }
 
 /// A connection over a dynamic stack.
@@ -343,12 +341,10 @@ impl<S: LayerSet> Connection<S> {
                 Layout::per_layer_aligned(reg.specs(), n, 4)
             }
         })?;
-        let keyed = core.has_keyed_layer();
         let mut c = Connection {
             core,
             pa: None,
             max_message: cfg.max_message,
-            keyed,
         };
         if let Some(f) = fields {
             let acfg = AccelConfig {
@@ -510,7 +506,8 @@ impl<S: LayerSet> Connection<S> {
             Some(RefusedAt::Above) => Refusal::BadPacking,
             Some(RefusedAt::Before) | None => Refusal::Unadmitted,
         };
-        if after.unauthenticated == before.unauthenticated && self.keyed {
+        // Without a keyed layer every refusal is unauthenticated: nothing is ever fresh.
+        if after.unauthenticated == before.unauthenticated {
             Received::FreshRefused(why)
         } else {
             Received::Refused(why)

@@ -366,23 +366,14 @@ pub(crate) enum Origin {
 pub struct LayerCounters {
     /// Drops by reason.
     pub drops: Vec<(DropReason, u64)>,
-    /// Drops, all reasons (what `drops` sums to, kept so that a connection can tell in a few
-    /// loads whether a datagram was refused, and where).
-    total: u64,
 }
 
 impl LayerCounters {
     pub(crate) fn count(&mut self, r: DropReason) {
-        self.total += 1;
         match self.drops.iter_mut().find(|(d, _)| *d == r) {
             Some((_, n)) => *n += 1,
             None => self.drops.push((r, 1)),
         }
-    }
-
-    /// Drops, all reasons.
-    pub fn total(&self) -> u64 {
-        self.total
     }
 
     /// Drops for `r`.
@@ -403,8 +394,8 @@ pub(crate) struct Refusals {
     /// Those before the keyed layer passed the datagram: at that layer or below it, or
     /// before the stack (truncated, not admitted). Every refusal, without a keyed layer.
     pub(crate) unauthenticated: u64,
-    /// The keyed layer's index (the lowest layer that needs keys), or 0 without one.
-    pub(crate) keyed_from: usize,
+    /// The keyed layer's index (the lowest layer that needs keys), if the stack has one.
+    pub(crate) keyed: Option<usize>,
     /// Where the latest refusal happened.
     pub(crate) last: Option<RefusedAt>,
 }
@@ -425,10 +416,10 @@ impl Refusals {
     #[inline(always)]
     pub(crate) fn count(&mut self, at: RefusedAt) {
         self.all += 1;
-        let unauthenticated = match at {
-            RefusedAt::Layer(i, _) => i >= self.keyed_from,
-            RefusedAt::Before => true,
-            RefusedAt::Above => false,
+        let unauthenticated = match (at, self.keyed) {
+            (_, None) | (RefusedAt::Before, _) => true,
+            (RefusedAt::Layer(i, _), Some(k)) => i >= k,
+            (RefusedAt::Above, Some(_)) => false,
         };
         if unauthenticated {
             self.unauthenticated += 1;

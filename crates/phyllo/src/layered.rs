@@ -52,7 +52,12 @@ pub struct Stats {
 impl Stats {
     /// Total drops of input, all layers and reasons.
     pub fn input_drops(&self) -> u64 {
-        self.truncated + self.layers.iter().map(|(_, c)| c.total()).sum::<u64>()
+        self.truncated
+            + self
+                .layers
+                .iter()
+                .flat_map(|(_, c)| c.drops.iter().map(|(_, n)| *n))
+                .sum::<u64>()
     }
 
     /// Drops for `reason`, all layers.
@@ -125,7 +130,7 @@ pub(crate) struct Core<S: LayerSet> {
 impl<S: LayerSet> Core<S> {
     /// Initialise every layer (seed 004's `add_field` calls go to `reg`), then let `layout`
     /// turn the registry into the layout in force. `icx` carries the session's keys; each
-    /// layer gets its own, derived from them for its index ([`crate::layer::DirectionKeys::for_layer`]), so
+    /// layer gets its own, derived from them for its index (`DirectionKeys::for_layer`), so
     /// two layers that encrypt (`seal:seal`) never share a key or a nonce sequence.
     pub(crate) fn new<E>(
         mut layers: S,
@@ -145,7 +150,7 @@ impl<S: LayerSet> Core<S> {
             layers.init_at(i, reg, &cx);
         }
         let layout = layout(reg, n)?;
-        let keyed_from = (0..n).rev().find(|&i| layers.needs_keys_at(i)).unwrap_or(0);
+        let keyed = (0..n).rev().find(|&i| layers.needs_keys_at(i));
         let stats = Stats {
             layers: (0..n)
                 .map(|i| (layers.name_at(i), LayerCounters::default()))
@@ -169,7 +174,7 @@ impl<S: LayerSet> Core<S> {
             max_queue,
             disable: [0; 2],
             refusals: Refusals {
-                keyed_from,
+                keyed,
                 ..Refusals::default()
             },
         })
@@ -497,11 +502,6 @@ impl<S: LayerSet> Core<S> {
     #[inline(always)]
     pub(crate) fn refusals(&self) -> Refusals {
         self.refusals
-    }
-
-    /// Whether the stack has a keyed layer.
-    pub(crate) fn has_keyed_layer(&self) -> bool {
-        (0..self.layers.count()).any(|i| self.layers.needs_keys_at(i))
     }
 
     /// Queue a finished datagram for the link (the oldest goes to the edge if the queue is
