@@ -21,9 +21,9 @@
 //! new by its session's connection ([`Received::is_fresh`]: for a sealed stack, `seal` passed
 //! it) before the session's liveness or the peer's address is updated. Everything else is a
 //! counted [`Discard`]. State before authentication is none at all: a responder keeps
-//! nothing per initiation it has not
-//! accepted; under load (more than [`SessionConfig::handshakes_per_sec`] Diffie-Hellman
-//! operations in the last second) it asks for a cookie ([`super::mac`]) before doing any.
+//! nothing per initiation it has not accepted; under load (more than
+//! [`SessionConfig::handshakes_per_sec`] Diffie-Hellman operations in the last second) it
+//! asks for a cookie ([`super::mac`]) before doing any.
 //!
 //! # The reliability contract
 //!
