@@ -142,7 +142,8 @@ pub struct SessionConfig {
     /// than the last it accepted from this key), so they are wall time: this plus the
     /// endpoint's `now`. `None` (the default): the endpoint reads the system's wall clock
     /// once, at its first initiation, and anchors it to that call's `now` — right for any
-    /// driver whose clock starts anywhere, at every start of the process. Set it only for a
+    /// driver whose clock starts anywhere, at every start of the process (its
+    /// [`config`](SessionEndpoint::config) shows the value from then on). Set it only for a
     /// simulated clock (tests).
     pub epoch_ns: Option<u128>,
 }
@@ -822,9 +823,6 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     sources: HashMap<std::net::IpAddr, Time>,
     /// When the full table was last swept of expired entries.
     sources_swept: Time,
-    /// Wall-clock nanoseconds at [`Time::ZERO`] ([`SessionConfig::epoch_ns`], or read at
-    /// the first initiation).
-    epoch: Option<u128>,
     /// The last initiation timestamp sent: the next is later, whatever the wall clock does.
     last_timestamp: u128,
     stats: SessionEndpointStats,
@@ -858,7 +856,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
         seed: [u8; 32],
     ) -> SessionEndpoint<S> {
         let public = local.public();
-        let cfg_epoch = cfg.epoch_ns;
         SessionEndpoint {
             cfg,
             responder: Responder::new(local.clone(), allowed),
@@ -877,7 +874,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
             load_tat: Time::ZERO,
             sources: HashMap::new(),
             sources_swept: Time::ZERO,
-            epoch: cfg_epoch,
             last_timestamp: 0,
             stats: SessionEndpointStats::default(),
         }
@@ -1043,7 +1039,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// [`SessionConfig::epoch_ns`]), and later than the last one sent.
     fn timestamp(&mut self, now: Time) -> u128 {
         let now_ns = u128::from(now.as_nanos());
-        let epoch = *self.epoch.get_or_insert_with(|| {
+        let epoch = *self.cfg.epoch_ns.get_or_insert_with(|| {
             let wall = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
@@ -1258,6 +1254,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let peer = &mut self.peers[p.0 as usize];
         if let Some(s) = &mut peer.current {
             s.confirm();
+        }
+        let (waiting, dialer) = (peer.waiting(), peer.dialer);
+        if let Some(s) = &mut peer.current {
             if !s.shrunk
                 && !s.outstanding()
                 && s.conn.is_idle()
@@ -1268,10 +1267,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 s.unconfirmed.shrink_to_fit();
                 s.shrunk = true;
             }
-            let waiting = !peer.outbox.is_empty() || s.outstanding();
             if waiting && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
                 s.dead = true;
-                if peer.dialer {
+                if dialer {
                     // A new handshake at once, naming no session (the peer may have
                     // restarted): a rekey under way named this one, and backed off.
                     self.initiate(now, p);
@@ -1281,7 +1279,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             } else if !waiting
                 && cfg
                     .idle_timeout
-                    .is_some_and(|idle| now.since(s.last_active) >= idle_limit(idle, peer.dialer))
+                    .is_some_and(|idle| now.since(s.last_active) >= idle_limit(idle, dialer))
             {
                 self.end_current(p, EndReason::IdleTimeout);
             }
