@@ -197,7 +197,7 @@ impl Accelerator {
         &mut self,
         core: &mut Core<S>,
         now: Time,
-        mut m: Msg,
+        m: Msg,
         packed: bool,
         msgs: u64,
     ) {
@@ -213,24 +213,34 @@ impl Accelerator {
                     None => core.pool().free(body),
                     Some(layer) => {
                         self.distrust(true, layer);
-                        let mut m = body;
-                        m.prepend(self.predict.send_header(self.header_len));
-                        if packed {
-                            // Counted as packed when the fast path had it.
-                            self.set_packed(&mut m, core.layout());
-                        }
-                        self.send_missed(core, now, m, Miss::Distrusted, msgs);
+                        // Counted as packed when the fast path had it.
+                        self.send_distrusted(core, now, body, packed, msgs, false);
                     }
                 }
             }
-            Sample::Distrusted => {
-                m.prepend(self.predict.send_header(self.header_len));
-                if packed {
-                    self.mark_packed(&mut m, core.layout(), msgs);
-                }
-                self.send_missed(core, now, m, Miss::Distrusted, msgs);
-            }
+            Sample::Distrusted => self.send_distrusted(core, now, m, packed, msgs, true),
         }
+    }
+
+    /// Send `body` on the layered path because the send direction is distrusted: the
+    /// predicted header in front (the layered pre-sends write their fields over it), packed
+    /// if `packed` (and counted as packed if `count_packing`).
+    fn send_distrusted<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        mut body: Msg,
+        packed: bool,
+        msgs: u64,
+        count_packing: bool,
+    ) {
+        body.prepend(self.predict.send_header(self.header_len));
+        if packed && count_packing {
+            self.mark_packed(&mut body, core.layout(), msgs);
+        } else if packed {
+            self.set_packed(&mut body, core.layout());
+        }
+        self.send_missed(core, now, body, Miss::Distrusted, msgs);
     }
 
     /// A check caught `layer` mispredicting (a send if `send`, else a delivery): that
@@ -239,10 +249,10 @@ impl Accelerator {
     #[inline(never)]
     fn distrust(&mut self, send: bool, layer: &'static str) {
         if send {
-            self.send_check.distrust(layer);
+            self.send_check.distrust();
             self.stats.distrusted_send.get_or_insert(layer);
         } else {
-            self.deliver_check.distrust(layer);
+            self.deliver_check.distrust();
             self.stats.distrusted_deliver.get_or_insert(layer);
         }
     }
@@ -305,11 +315,10 @@ impl Accelerator {
                 None
             }
             None => {
-                // Counted before the transforms, which may drop the message.
-                self.stats.fast_send_msgs += msgs;
+                // A message the transforms dropped counts as sent on the fast path too.
                 let liar = self.send_passed_general(core, now, m, verify);
-                if liar.is_some() {
-                    self.stats.fast_send_msgs -= msgs;
+                if liar.is_none() {
+                    self.stats.fast_send_msgs += msgs;
                 }
                 liar
             }

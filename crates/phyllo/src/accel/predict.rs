@@ -140,8 +140,8 @@ pub(crate) struct Sampler {
     /// Checks still due back to back (the first ones, or those after a miss).
     run: u32,
     policy: FastPathCheck,
-    /// The layer whose misprediction this direction caught.
-    distrusted: Option<&'static str>,
+    /// A check caught a layer mispredicting in this direction (named in the stats).
+    distrusted: bool,
 }
 
 impl Sampler {
@@ -155,7 +155,7 @@ impl Sampler {
             },
             run: CHECK_FIRST,
             policy,
-            distrusted: None,
+            distrusted: false,
         }
     }
 
@@ -173,7 +173,7 @@ impl Sampler {
     #[cold]
     #[inline(never)]
     pub(crate) fn sample(&mut self) -> Sample {
-        if self.distrusted.is_some() {
+        if self.distrusted {
             return Sample::Distrusted;
         }
         match self.policy {
@@ -200,9 +200,9 @@ impl Sampler {
         }
     }
 
-    /// A check caught `layer` mispredicting: every later operation takes the layered path.
-    pub(crate) fn distrust(&mut self, layer: &'static str) {
-        self.distrusted.get_or_insert(layer);
+    /// A check caught a layer mispredicting: every later operation takes the layered path.
+    pub(crate) fn distrust(&mut self) {
+        self.distrusted = true;
         self.skip = 0;
     }
 
