@@ -16,7 +16,6 @@
 //! It prints one line and exits 0 when every echo came back; it exits 1 on a wrong echo, or
 //! when the session or an echo takes longer than 5 seconds.
 
-use phyllo::session::StaticKey;
 use phyllo_net::{keys, SessionSocket, DEFAULT_STACK};
 use std::error::Error;
 use std::path::PathBuf;
@@ -40,13 +39,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let server_key = server_key.ok_or("--server-key KEY is required")?;
     let key_file = key_file.ok_or("--key FILE is required")?;
-    let key = if key_file.exists() {
-        keys::read_private(&key_file)?
-    } else {
-        let key = StaticKey::generate()?;
-        keys::write_pair(&key_file, &key)?;
-        key
-    };
+    let key = keys::read_or_generate(&key_file)?;
 
     // A client allows no one: it only connects, from any free port.
     let any = if server.is_ipv4() {

@@ -15,7 +15,6 @@
 //! The first line on standard output is `listening on ADDR public key KEY`; then it serves
 //! until killed.
 
-use phyllo::session::StaticKey;
 use phyllo_net::{keys, SessionSocket, DEFAULT_STACK};
 use std::error::Error;
 use std::path::PathBuf;
@@ -40,13 +39,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     let key_file = key_file.ok_or("--key FILE is required")?;
-    let key = if key_file.exists() {
-        keys::read_private(&key_file)?
-    } else {
-        let key = StaticKey::generate()?;
-        keys::write_pair(&key_file, &key)?;
-        key
-    };
+    let key = keys::read_or_generate(&key_file)?;
 
     // Only the allowed clients' handshakes are answered.
     let mut socket = SessionSocket::bind(listen.parse()?, key, allowed, DEFAULT_STACK, false)?;

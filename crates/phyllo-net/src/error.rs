@@ -105,6 +105,9 @@ pub enum NetError {
         #[source]
         source: HandshakeError,
     },
+    /// A new key pair could not be made (no randomness).
+    #[error("generating a key pair")]
+    KeyGeneration(#[source] HandshakeError),
     /// A line of an allow file that is not a public key.
     #[error("{}:{line}: not a public key", path.display())]
     AllowFile {

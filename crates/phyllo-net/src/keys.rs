@@ -67,8 +67,20 @@ pub fn read_private(path: &Path) -> Result<StaticKey, NetError> {
     })
 }
 
-/// Write `key` as `path` (the private key; on Unix created readable and writable by its owner
-/// only) and [`public_path`]`(path)` (the public key). Files that exist are replaced.
+/// The key pair in the private key file `path`; when there is none, a new pair, written there
+/// ([`write_pair`]) first.
+pub fn read_or_generate(path: &Path) -> Result<StaticKey, NetError> {
+    if path.exists() {
+        return read_private(path);
+    }
+    let key = StaticKey::generate().map_err(NetError::KeyGeneration)?;
+    write_pair(path, &key)?;
+    Ok(key)
+}
+
+/// Write `key` as `path` (the private key; on Unix readable and writable by its owner only,
+/// an existing file too) and [`public_path`]`(path)` (the public key). Files that exist are
+/// replaced.
 pub fn write_pair(path: &Path, key: &StaticKey) -> Result<(), NetError> {
     write_private(path, &key.private_hex())?;
     let public_file = public_path(path);
@@ -92,6 +104,14 @@ fn write_private(path: &Path, hex: &str) -> Result<(), NetError> {
         opts.mode(0o600);
     }
     let mut f = opts.open(path).map_err(write_error)?;
+    // The mode above applies only to a file this call creates: one that was there keeps its
+    // own until told.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(write_error)?;
+    }
     writeln!(f, "{hex}").map_err(write_error)?;
     Ok(())
 }
@@ -153,6 +173,14 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("chmod 600"), "{err}");
+        // Writing a pair over the open file makes it private again.
+        write_pair(&path, &key).unwrap();
+        assert_eq!(read_private(&path).unwrap().public(), key.public());
+        assert_eq!(read_or_generate(&path).unwrap().public(), key.public());
+        let fresh = dir.join("fresh");
+        let _ = std::fs::remove_file(&fresh);
+        let made = read_or_generate(&fresh).unwrap();
+        assert_eq!(read_private(&fresh).unwrap().public(), made.public());
     }
 
     #[test]

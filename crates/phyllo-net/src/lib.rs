@@ -46,8 +46,5 @@ pub mod keys;
 mod socket;
 
 pub use error::NetError;
+pub use phyllo::session::endpoint::DEFAULT_STACK;
 pub use socket::SessionSocket;
-
-/// The default stack of sessions: fragmentation to 1400-byte datagrams, a window of 64
-/// messages, sealed (encrypted and authenticated) with the session's keys.
-pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";

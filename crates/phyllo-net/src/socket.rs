@@ -69,6 +69,13 @@ fn check_stack(stack: &str) -> Result<(), NetError> {
     Ok(())
 }
 
+/// Put `peer` on `list` unless it is there.
+fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
+    if !list.contains(&peer) {
+        list.push(peer);
+    }
+}
+
 impl SessionSocket {
     /// Bind `addr` and make an endpoint with `key`, accepting the peers whose public keys are
     /// `allowed` (none: it only connects), whose sessions run `stack` (a spec such as
@@ -189,9 +196,7 @@ impl SessionSocket {
     /// Put `peer` back on the list [`take_readable`](Self::take_readable) returns, e.g. when
     /// the program stopped reading it before its messages ran out.
     pub fn mark_readable(&mut self, peer: PeerId) {
-        if !self.readable.contains(&peer) {
-            self.readable.push(peer);
-        }
+        push_once(&mut self.readable, peer);
     }
 
     /// The socket's address.
@@ -285,9 +290,7 @@ impl SessionSocket {
                 continue;
             };
             if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
-                if !self.readable.contains(&p) {
-                    self.readable.push(p);
-                }
+                push_once(&mut self.readable, p);
                 if shared && self.dedicating && !newcomers.contains(&(p, from)) {
                     newcomers.push((p, from));
                 }
