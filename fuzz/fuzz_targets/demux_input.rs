@@ -1,4 +1,4 @@
-//! Fuzz an endpoint's input (`endpoint::CookieDemux::handle_datagram`): datagrams from the
+//! Fuzz a cookie demux's input (`accel::demux::CookieDemux::handle_datagram`): datagrams from the
 //! network, each prefixed with a one-byte length, into a listening endpoint of sealed
 //! accelerated connections. Nothing panics, nothing is delivered (no datagram can
 //! authenticate), and the connections made for refused datagrams are dropped again.

@@ -102,11 +102,9 @@ pub fn set_fast_path_check(check: CheckArg) {
 
 /// The fast-path check [`configs`] puts in its configurations.
 pub fn fast_path_check() -> FastPathCheck {
-    match FAST_PATH_CHECK.load(Ordering::Relaxed) {
-        x if x == CheckArg::Off as u8 => FastPathCheck::Off,
-        x if x == CheckArg::Every as u8 => FastPathCheck::Every,
-        _ => FastPathCheck::Sampled,
-    }
+    let all = [CheckArg::Off, CheckArg::Sampled, CheckArg::Every];
+    let stored = FAST_PATH_CHECK.load(Ordering::Relaxed) as usize;
+    all.get(stored).copied().unwrap_or(CheckArg::Sampled).into()
 }
 
 /// Both ends' configurations (initiator, responder), accelerated or not, keyed by

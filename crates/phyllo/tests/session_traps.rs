@@ -387,7 +387,7 @@ fn messages_waiting_for_a_rekey_count_for_dead_peer_detection() {
             let p = net.nodes[client]
                 .ep
                 .connect(Time::ZERO, sk.public(), addr(1));
-            let mut sent = Vec::new();
+            let mut log = Sent::default();
             let mut restart_at = None;
             let mut i = 0;
             while net.now < Time(20_000_000_000) {
@@ -397,7 +397,7 @@ fn messages_waiting_for_a_rekey_count_for_dead_peer_detection() {
                     .send(now, p, format!("m{i:05}").as_bytes())
                     .is_ok()
                 {
-                    sent.push(format!("m{i:05}"));
+                    log.accepted.push((format!("m{i:05}"), now));
                     i += 1;
                 }
                 // The server restarts while a rekey is under way (a handshake begun and not
@@ -409,7 +409,7 @@ fn messages_waiting_for_a_rekey_count_for_dead_peer_detection() {
                     for k in 0..5 {
                         let m = format!("w{k}");
                         net.nodes[client].ep.send(now, p, m.as_bytes()).unwrap();
-                        sent.push(m);
+                        log.accepted.push((m, now));
                     }
                     break;
                 }
@@ -423,9 +423,6 @@ fn messages_waiting_for_a_rekey_count_for_dead_peer_detection() {
             });
             // The application stops sending; the path stays lossy.
             net.run_until(restart + Duration::from_secs(60));
-            let log = Sent {
-                accepted: sent.iter().map(|m| (m.clone(), Time::ZERO)).collect(),
-            };
             let broken = contract(&net, &log, client, server, cfg.delivery_bound());
             assert!(
                 broken.is_empty(),
