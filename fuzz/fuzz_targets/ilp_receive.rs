@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::ilp::safer::ToyKey;
-use phyllo::ilp::{receive, Execution};
+use phyllo_lab::ilp::safer::ToyKey;
+use phyllo_lab::ilp::{receive, Execution};
 
 fuzz_target!(|data: &[u8]| {
     let mut key = ToyKey([1, 2, 3, 4, 5, 6, 7, 8]);

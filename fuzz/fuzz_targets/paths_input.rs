@@ -1,4 +1,4 @@
-//! Seed 000's reference stacks (`phyllo::paths`) and their classifier on arbitrary input:
+//! Seed 000's reference stacks (`phyllo_lab::paths`) and their classifier on arbitrary input:
 //! datagrams (each prefixed with a one-byte length, with timer firings between) into every
 //! code version of both stacks — nothing may panic — and each datagram through a classifier
 //! learned from the first one long enough.
@@ -6,8 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use phyllo::conn::BuildError;
-use phyllo::paths::classify::{flow_fields, Classifier};
-use phyllo::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo_lab::paths::classify::{flow_fields, Classifier};
+use phyllo_lab::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet, Role, Time};
 
 struct Feed<'a>(&'a [u8], StackKind);

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::ilp::xdr::{self, Reader};
+use phyllo_lab::ilp::xdr::{self, Reader};
 
 fuzz_target!(|data: &[u8]| {
     let _ = xdr::unmarshal(data);

@@ -99,3 +99,17 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
         Err(e) => bail!("{s}: not an address ({e})"),
     }
 }
+
+/// Read until `buf` is full or the input ends; the bytes read.
+pub fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

@@ -211,7 +211,7 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
             None => Box::new(std::io::stdin()),
         };
         stream(&mut c, size, args.busy_poll, &stop, |buf| {
-            read_full(&mut input, buf).context("reading the input")
+            app_protocol::read_full(&mut input, buf).context("reading the input")
         })?
     };
     let s = c.node.endpoint().peer_stats(peer).unwrap_or_default();
@@ -235,20 +235,6 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         eprintln!("{result}");
     }
     Ok(())
-}
-
-/// Read until `buf` is full or the input ends; the bytes read.
-pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 fn ping(

@@ -1,19 +1,38 @@
-//! The `phyllo` command's library: the report, its experiments, and the measurements they
-//! share with the subcommands and the benchmarks.
+//! The `phyllo` command: `keygen`, `serve`, `connect` and `relay`, a thin front end on the
+//! runtime crate (`phyllo-net`), which holds the sockets and the sessions.
+//!
+//! [`Command`] is the command line's subcommands and [`run`] runs one; the lab's binary
+//! embeds the same [`Command`] so that its experiments run the very `serve` and `connect`
+//! that operators run.
 
-pub mod aead;
-pub mod analyze_cmd;
 pub mod app_protocol;
-pub mod cmd;
 pub mod connect;
-pub mod experiments;
-pub mod ilp_cmd;
-pub mod ilp_ftp;
 pub mod keys;
-pub mod measure;
-pub mod paths_cmd;
 pub mod relay;
-pub mod relink;
-pub mod report;
 pub mod serve;
-pub mod workload;
+
+use clap::Subcommand;
+
+/// The product's subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Generate a static key pair for sessions (FILE private, FILE.pub public).
+    Keygen(keys::KeygenArgs),
+    /// Hold sessions on one UDP socket: echo pings, sink data, write streams to files.
+    Serve(serve::ServeArgs),
+    /// A session to `phyllo serve`: send stdin or a file, ping, or measure throughput.
+    Connect(connect::ConnectArgs),
+    /// A UDP relay that impairs what it forwards (loss, delay, jitter, reordering,
+    /// duplication, corruption).
+    Relay(relay::RelayArgs),
+}
+
+/// Run one subcommand.
+pub fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Keygen(args) => keys::keygen(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Connect(args) => connect::connect(args),
+        Command::Relay(args) => relay::relay(args),
+    }
+}

@@ -7,7 +7,7 @@
 //! kernel has no netem qdisc.
 
 use anyhow::{Context, Result};
-use phyllo::link::memlink::Faults;
+use phyllo::faults::Faults;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;

@@ -3,14 +3,12 @@
 
 use crate::app_protocol::{self, DATA, END, HASH, PING};
 use anyhow::{Context, Result};
-use phyllo::engine::PollConfig;
-use phyllo::engine::SourceId;
-use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
-use phyllo_net::SessionSocket;
-use phyllo_udp::engine::{Engine, Served};
+use phyllo::{Event, PeerId, SessionSendError};
+use phyllo_net::{EngineConfig, SessionSocket};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -206,85 +204,6 @@ impl App<'_> {
     }
 }
 
-/// Serve on the receive engine: the socket is a receive source served `--quota` buffers at a
-/// time, each taken through its session and the application in the same turn (process to
-/// completion); the output queue is a transmit source; timers run between turns.
-fn serve_on_engine(
-    node: &mut SessionSocket,
-    app: &mut App<'_>,
-    stop: &std::sync::atomic::AtomicBool,
-) -> Result<()> {
-    let mut engine = Engine::new(PollConfig {
-        quota: Some(app.args.quota as usize),
-        ..PollConfig::default()
-    })
-    .context("starting the receive engine")?;
-    let rx = engine
-        .add_receive(node.socket())
-        .context("registering the socket with the receive engine")?;
-    // The listening socket takes handshakes and, under attack, the flood: a quarter of the
-    // quota per turn, so established peers' sockets get most of each round, and at most
-    // `--listen-share` of the CPU, so they keep the rest.
-    engine.set_quota(rx, (app.args.quota as usize / 4).max(1))?;
-    engine
-        .set_share(rx, app.args.listen_share)
-        .context("--listen-share")?;
-    let tx = engine.add_transmit();
-    // Dedicated sockets: engine source -> the node's index, and back.
-    let mut own: HashMap<SourceId, usize> = HashMap::new();
-    while !app_protocol::is_set(stop) && !app.done() {
-        node.timers()?;
-        for i in node.take_closing() {
-            if let Some(s) = own.iter().find(|(_, &j)| j == i).map(|(s, _)| *s) {
-                engine.remove(s)?;
-                own.remove(&s);
-            }
-            node.close_dedicated(i);
-        }
-        for i in node.take_opened() {
-            if let Some(sock) = node.dedicated_socket(i) {
-                own.insert(engine.add_receive(sock)?, i);
-            }
-        }
-        // Until the endpoint's next timer (timers() above sent what was due).
-        let wait = node.next_timer().map_or(Duration::from_millis(50), |t| {
-            t.min(Duration::from_millis(50))
-        });
-        let deadline = Instant::now() + wait;
-        engine.run_until(Some(deadline), |ctl, s, quota| {
-            if s == rx || own.contains_key(&s) {
-                let got = match own.get(&s) {
-                    Some(&i) => node.receive_dedicated(i, quota),
-                    None => node.receive_some(quota),
-                }
-                .map_err(std::io::Error::other)?;
-                app.round(node).map_err(std::io::Error::other)?;
-                ctl.wake(tx);
-                // Back to the loop for a new dedicated socket (register it before its peer's
-                // next datagram) or a timer this turn set earlier than the deadline (an
-                // acknowledgement, a retransmission).
-                let timer_first = node
-                    .next_timer()
-                    .is_some_and(|t| Instant::now() + t < deadline);
-                if timer_first || (s == rx && node.has_opened()) {
-                    ctl.stop();
-                }
-                Ok(Served {
-                    handled: got,
-                    drained: got < quota,
-                })
-            } else {
-                node.flush().map_err(std::io::Error::other)?;
-                Ok(Served {
-                    handled: 1,
-                    drained: true,
-                })
-            }
-        })?;
-    }
-    Ok(())
-}
-
 /// Serve with the plain loop: wait for input (up to 50 ms, or not at all when a raw-echo
 /// socket is polled beside the session socket), serve the application, send its answers.
 fn serve_on_loop(
@@ -369,7 +288,22 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     let started = Instant::now();
     if engine {
-        serve_on_engine(&mut node, &mut app, &stop)?;
+        let cfg = EngineConfig {
+            quota: args.quota as usize,
+            listen_share: args.listen_share,
+        };
+        node.serve_on_engine(
+            &cfg,
+            &stop,
+            |node| {
+                app.round(node)?;
+                Ok(if app.done() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            },
+        )?;
     } else {
         serve_on_loop(&mut node, &mut app, &stop, raw.as_ref())?;
     }

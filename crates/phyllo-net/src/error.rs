@@ -45,6 +45,12 @@ pub enum NetError {
     /// Receiving from the socket failed.
     #[error("receiving")]
     Receive(#[source] io::Error),
+    /// The receive engine could not start or register a socket.
+    #[error("the receive engine")]
+    Engine(#[source] io::Error),
+    /// The application's callback failed (the engine stopped serving).
+    #[error("the application")]
+    App(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The operating system had no randomness for the endpoint's seed.
     #[error("no randomness")]
     Randomness(#[source] getrandom::Error),

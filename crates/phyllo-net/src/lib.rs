@@ -41,10 +41,14 @@
 
 #![warn(missing_docs)]
 
+pub mod driver;
 mod error;
 pub mod keys;
+pub mod receive;
+mod serve;
 mod socket;
 
 pub use error::NetError;
+pub use serve::EngineConfig;
 pub use phyllo::session::endpoint::DEFAULT_STACK;
 pub use socket::SessionSocket;

@@ -29,7 +29,7 @@ const MAX_DEDICATED: usize = 512;
 ///
 /// - blocking: call [`pump`](Self::pump) in a loop; it sends what is queued, waits for input
 ///   (at most until the endpoint's next timer), hands it to the endpoint and runs the timers.
-/// - a receive engine (`phyllo_udp::engine`): register [`socket`](Self::socket) (and, with
+/// - a receive engine ([`receive`](crate::receive), or [`serve_on_engine`](Self::serve_on_engine)): register [`socket`](Self::socket) (and, with
 ///   [`bind_dedicating`](Self::bind_dedicating), each dedicated socket), call
 ///   [`receive_some`](Self::receive_some) / [`receive_dedicated`](Self::receive_dedicated)
 ///   when one is readable, and [`timers`](Self::timers) and [`flush`](Self::flush) between

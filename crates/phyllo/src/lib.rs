@@ -98,28 +98,38 @@
 
 pub mod accel;
 pub mod conn;
-pub mod engine;
+pub mod faults;
 pub mod field;
 pub mod filter;
-pub mod harness;
-pub mod ilp;
 pub mod inet;
 pub mod layer;
 mod layered;
 pub mod layers;
 pub mod layout;
-pub mod link;
 pub mod msg;
 pub mod outline;
-pub mod paths;
+pub mod poller;
 mod ready;
 pub mod session;
 pub mod stack;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 
+// What a user needs, in one flat list; the modules above hold the rest (layer authors'
+// `layer`, `field` and `layout`; the accelerator's parts; the filter machine).
 pub use accel::FastPathCheck;
-pub use conn::{Config, Connection, DynConnection, Received, Refusal, SendError, Stats};
+pub use conn::{
+    BuildError, Config, Connection, DynConnection, Received, Refusal, SendError, Stats,
+};
 pub use layer::{Layer, Role};
 pub use msg::{Msg, Pool};
+pub use poller::{PollConfig, Poller};
+pub use session::endpoint::{
+    Discard, EndReason, EndpointBuildError, Event, Input, PeerId, PeerStats, SessionConfig,
+    SessionEndpoint, SessionEndpointBuilder, SessionEndpointStats, SessionSendError,
+    DEFAULT_STACK,
+};
+pub use session::{KeyParseError, PublicKey, SessionKeys, StaticKey};
 pub use stack::{LayerSet, SpecError};
 pub use time::Time;

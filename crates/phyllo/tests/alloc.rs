@@ -3,7 +3,7 @@
 //! without the Protocol Accelerator.
 
 mod common;
-use phyllo::harness::Pair;
+use phyllo::testing::Pair;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,7 +58,7 @@ fn run(pair: &mut Pair, n: usize, payload: &[u8]) {
 fn steady_state_allocs(spec: &str, accel: bool, payload: &[u8]) -> u64 {
     COUNTED.with(|c| c.set(true));
     let mut pair = if accel {
-        Pair::accelerated(spec, phyllo::link::memlink::MemLink::perfect()).unwrap()
+        Pair::accelerated(spec, phyllo::testing::memlink::MemLink::perfect()).unwrap()
     } else {
         Pair::from_spec(spec).unwrap()
     };

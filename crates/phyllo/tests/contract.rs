@@ -13,7 +13,7 @@
 
 mod common;
 use common::{payload, rng};
-use phyllo::link::memlink::{Faults, MemLink, Side};
+use phyllo::testing::memlink::{Faults, MemLink, Side};
 use phyllo::time::earliest;
 use phyllo::{Config, Connection, DynConnection, SendError, Time};
 use rand::Rng;

@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use phyllo::harness::Pair;
-use phyllo::link::memlink::MemLink;
+use phyllo::testing::Pair;
+use phyllo::testing::memlink::MemLink;
 use phyllo::{Config, Connection};
 
 #[test]

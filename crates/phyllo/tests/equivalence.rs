@@ -31,10 +31,10 @@
 mod common;
 use common::{payload, rng, sizes};
 use phyllo::field::{FieldClass, FieldHandle};
-use phyllo::harness::Pair;
+use phyllo::testing::Pair;
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use phyllo::layout::FieldRegistry;
-use phyllo::link::memlink::{Faults, MemLink};
+use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::{build_dyn, DynStack};
 use phyllo::{Config, Connection, Time};
 use rand::Rng;

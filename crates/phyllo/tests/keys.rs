@@ -7,11 +7,11 @@
 mod common;
 use common::*;
 use phyllo::conn::BuildError;
-use phyllo::harness::Pair;
+use phyllo::testing::Pair;
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use phyllo::layers::Seal;
 use phyllo::layout::FieldRegistry;
-use phyllo::link::memlink::{MemLink, Side};
+use phyllo::testing::memlink::{MemLink, Side};
 use phyllo::stack::DynStack;
 use phyllo::{Config, Connection, DynConnection, Time};
 use std::sync::{Arc, Mutex};

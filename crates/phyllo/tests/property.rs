@@ -4,8 +4,8 @@
 
 mod common;
 use common::*;
-use phyllo::harness::Pair;
-use phyllo::link::memlink::MemLink;
+use phyllo::testing::Pair;
+use phyllo::testing::memlink::MemLink;
 
 const SCHEDULES: u64 = 1000;
 

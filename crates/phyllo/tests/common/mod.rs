@@ -1,9 +1,9 @@
 //! Shared helpers of the integration tests.
 #![allow(dead_code)]
 
-use phyllo::harness::Pair;
+use phyllo::testing::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
-use phyllo::link::memlink::{Faults, MemLink};
+use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::LayerSet;
 use phyllo::{Config, Connection};
 use rand::{Rng, SeedableRng};

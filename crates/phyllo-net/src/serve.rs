@@ -1,0 +1,152 @@
+//! Serving a [`SessionSocket`] on the receive engine ([`receive`](crate::receive)): the
+//! listening socket and every dedicated socket are receive sources, served a quota of
+//! buffers at a time round-robin with the output, each buffer taken through its session and
+//! the application in the same turn (process to completion), timers run between turns.
+
+use crate::receive::{Engine, Served};
+use crate::{NetError, SessionSocket};
+use phyllo::poller::{PollConfig, SourceId};
+use std::collections::HashMap;
+use std::io;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How [`SessionSocket::serve_on_engine`] shares the CPU between its sockets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Receive buffers taken off a socket per turn (at least 1).
+    pub quota: usize,
+    /// The most of each 10 ms the listening socket may take, in (0, 1]: under a flood of
+    /// strangers' datagrams it waits out the rest of the period (the kernel drops what no
+    /// longer fits) while established peers' own sockets are served.
+    pub listen_share: f64,
+}
+
+impl Default for EngineConfig {
+    /// A quota of 8 buffers; 5 % for the listening socket, which holds 200 handshakes per
+    /// second with room to spare.
+    fn default() -> Self {
+        EngineConfig {
+            quota: 8,
+            listen_share: 0.05,
+        }
+    }
+}
+
+/// The application's callback failed: carried out of the engine's loop as this.
+#[derive(Debug)]
+struct AppFailed;
+
+impl std::fmt::Display for AppFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the application failed")
+    }
+}
+
+impl std::error::Error for AppFailed {}
+
+impl SessionSocket {
+    /// Serve on the receive engine until `stop` is set (it is read between turns, at least
+    /// every 50 ms) or `round` breaks. `round` is the application: it runs after every
+    /// receive turn to take what the endpoint delivered and queue answers, which the engine's
+    /// transmit source then sends; [`ControlFlow::Break`] ends serving after this turn. Established peers' dedicated sockets
+    /// ([`bind_dedicating`](Self::bind_dedicating)) are registered as they open and removed
+    /// as they close; the listening socket gets a quarter of the quota per turn and at most
+    /// `cfg.listen_share` of the CPU, so a flood on it leaves established peers served.
+    pub fn serve_on_engine<F>(
+        &mut self,
+        cfg: &EngineConfig,
+        stop: &AtomicBool,
+        mut round: F,
+    ) -> Result<(), NetError>
+    where
+        F: FnMut(
+            &mut SessionSocket,
+        ) -> Result<ControlFlow<()>, Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let quota = cfg.quota.max(1);
+        let mut engine = Engine::new(PollConfig {
+            quota: Some(quota),
+            ..PollConfig::default()
+        })
+        .map_err(NetError::Engine)?;
+        let rx = engine.add_receive(self.socket()).map_err(NetError::Engine)?;
+        engine
+            .set_quota(rx, (quota / 4).max(1))
+            .map_err(NetError::Engine)?;
+        engine
+            .set_share(rx, cfg.listen_share)
+            .map_err(NetError::Engine)?;
+        let tx = engine.add_transmit();
+        // Dedicated sockets: engine source -> the socket's index, and back.
+        let mut own: HashMap<SourceId, usize> = HashMap::new();
+        let mut failed: Option<Box<dyn std::error::Error + Send + Sync>> = None;
+        let mut done = false;
+        while !done && !stop.load(Ordering::Relaxed) {
+            self.timers()?;
+            for i in self.take_closing() {
+                if let Some(s) = own.iter().find(|(_, &j)| j == i).map(|(s, _)| *s) {
+                    engine.remove(s).map_err(NetError::Engine)?;
+                    own.remove(&s);
+                }
+                self.close_dedicated(i);
+            }
+            for i in self.take_opened() {
+                if let Some(sock) = self.dedicated_socket(i) {
+                    own.insert(engine.add_receive(sock).map_err(NetError::Engine)?, i);
+                }
+            }
+            // Until the endpoint's next timer (timers() above sent what was due).
+            let wait = self.next_timer().map_or(Duration::from_millis(50), |t| {
+                t.min(Duration::from_millis(50))
+            });
+            let deadline = Instant::now() + wait;
+            let r = engine.run_until(Some(deadline), |ctl, s, quota| {
+                if s == rx || own.contains_key(&s) {
+                    let got = match own.get(&s) {
+                        Some(&i) => self.receive_dedicated(i, quota),
+                        None => self.receive_some(quota),
+                    }
+                    .map_err(io::Error::other)?;
+                    match round(self) {
+                        Ok(ControlFlow::Continue(())) => {}
+                        Ok(ControlFlow::Break(())) => {
+                            done = true;
+                            ctl.stop();
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            return Err(io::Error::other(AppFailed));
+                        }
+                    }
+                    ctl.wake(tx);
+                    // Back to the loop for a new dedicated socket (register it before its
+                    // peer's next datagram) or a timer this turn set earlier than the
+                    // deadline (an acknowledgement, a retransmission).
+                    let timer_first = self
+                        .next_timer()
+                        .is_some_and(|t| Instant::now() + t < deadline);
+                    if timer_first || (s == rx && self.has_opened()) {
+                        ctl.stop();
+                    }
+                    Ok(Served {
+                        handled: got,
+                        drained: got < quota,
+                    })
+                } else {
+                    self.flush().map_err(io::Error::other)?;
+                    Ok(Served {
+                        handled: 1,
+                        drained: true,
+                    })
+                }
+            });
+            if let Some(e) = failed.take() {
+                return Err(NetError::App(e));
+            }
+            r.map_err(NetError::Receive)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,189 @@
+//! `bulk`: a file moved through a sealed, accelerated session between two processes
+//! (`phyllo serve` and `phyllo connect --file`, 64 MiB in 8 KiB messages, SHA-256 checked at
+//! both ends), against raw UDP of the same datagram sizes with the same offloads and against
+//! the same transfer over quinn — all in the same run, rounds interleaved.
+//!
+//! - **phyllo**: a child `phyllo serve --accel` and a child `phyllo connect --accel --quiet
+//!   --file F --size 8192`; MB/s as connect reports it (from the first message to the
+//!   server's digest). Both ends send with segmentation offload and receive coalesced where
+//!   the kernel can ([`phyllo_udp::offload`]).
+//! - **raw UDP**: [`raw_stream`] with offload on, datagrams of the session's mean datagram
+//!   size, as many as the session sent; MB/s delivered (raw UDP may lose: its receive rate
+//!   is the ceiling).
+//! - **quinn**: [`phyllo_quinn::quinn_bulk`], the file written in 8 KiB pieces on one stream
+//!   and hashed at both ends.
+
+use super::session::spawn_local_serve;
+use crate::report::{Ctx, Experiment, Outcome, Section, Table};
+use anyhow::{bail, Context, Result};
+use phyllo::session::StaticKey;
+use crate::rawudp::{raw_stream, StreamConfig};
+use std::path::Path;
+use std::process::Command;
+
+/// The bulk-transfer experiment.
+pub struct Bulk;
+
+/// Bytes moved per transfer.
+const FILE_BYTES: usize = 64 << 20;
+/// Bytes per message (connect's `--size`: one type byte and 8191 of the file).
+const MESSAGE: usize = 8192;
+
+impl Experiment for Bulk {
+    fn name(&self) -> &'static str {
+        "bulk"
+    }
+
+    fn title(&self) -> &'static str {
+        "Bulk transfer: a sealed session between processes against raw UDP and quinn"
+    }
+
+    fn seed_ref(&self) -> Option<&'static str> {
+        Some("seed 001 (ILP), its goal of protocol processing at memory speed")
+    }
+
+    fn run(&self, ctx: &Ctx) -> Result<Outcome> {
+        let Some(exe) = super::phyllo_exe() else {
+            return Ok(Outcome::Skipped(
+                "needs the `phyllo` executable for its two processes".into(),
+            ));
+        };
+        let dir = std::env::temp_dir().join(format!("phyllo-bulk-exp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let result = measure(ctx, &exe, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+}
+
+/// One round's three rates, bytes per second.
+struct Round {
+    phyllo: f64,
+    raw: f64,
+    quinn: f64,
+    datagram: usize,
+}
+
+fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
+    let mut data = vec![0u8; FILE_BYTES];
+    getrandom::fill(&mut data).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let file = dir.join("file");
+    std::fs::write(&file, &data).context("writing the file to send")?;
+    let sk = StaticKey::generate()?;
+    let ck = StaticKey::generate()?;
+    let (skf, ckf) = (dir.join("server"), dir.join("client"));
+    phyllo_net::keys::write_pair(&skf, &sk)?;
+    phyllo_net::keys::write_pair(&ckf, &ck)?;
+    let path = |p: &Path| {
+        p.to_str()
+            .map(String::from)
+            .context("a temporary path is not UTF-8")
+    };
+    let (skf, ckf, file) = (path(&skf)?, path(&ckf)?, path(&file)?);
+    let cpub = format!("{ckf}.pub");
+    let spub = format!("{skf}.pub");
+
+    let rounds = if ctx.quick { 2 } else { 5 };
+    let mut all = Vec::new();
+    for _ in 0..rounds {
+        let (_server, addr) = spawn_local_serve(&skf, &cpub, &[])?;
+        let out = Command::new(exe)
+            .args(["connect", &addr, "--accel", "--quiet", "--key", &ckf])
+            .args(["--server-key", &spub, "--file", &file])
+            .args(["--size", &MESSAGE.to_string()])
+            .output()
+            .context("running phyllo connect")?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !line.contains("verified=yes") {
+            bail!(
+                "phyllo connect failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let field = |k: &str| -> Result<f64> {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("no {k} in `{}`", line.trim()))
+        };
+        let phyllo = field("mbytes_per_s")? * 1e6;
+        let datagrams = field("datagrams_out")?.max(1.0);
+        let datagram = (field("bytes_out")? / datagrams).round() as usize;
+
+        let mut cfg = StreamConfig::new(datagrams as u64, datagram.max(1));
+        cfg.offload = true;
+        cfg.recv_buffer = 8 << 20;
+        let r = raw_stream(&cfg)?;
+        let raw = r.bytes_per_s(datagram);
+        let quinn = phyllo_quinn::quinn_bulk(&data, MESSAGE)?;
+        all.push(Round {
+            phyllo,
+            raw,
+            quinn,
+            datagram,
+        });
+    }
+
+    let median = |f: &dyn Fn(&Round) -> f64| {
+        let mut v: Vec<f64> = all.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let vs_raw = median(&|r| r.phyllo / r.raw);
+    let vs_quinn = median(&|r| r.phyllo / r.quinn);
+    let mb = |x: f64| format!("{:.0}", x / 1e6);
+    let table = Table {
+        title: "Rounds (MB/s; datagram = the session's mean UDP payload)".into(),
+        headers: [
+            "round",
+            "phyllo serve/connect",
+            "raw UDP, offload",
+            "quinn",
+            "datagram B",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: all
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                vec![
+                    (i + 1).to_string(),
+                    mb(r.phyllo),
+                    mb(r.raw),
+                    mb(r.quinn),
+                    r.datagram.to_string(),
+                ]
+            })
+            .collect(),
+    };
+    let text = vec![
+        format!(
+            "{} MiB in {MESSAGE}-byte messages, `{}` sealed and accelerated, SHA-256 at both \
+             ends; raw UDP sends as many datagrams of the session's mean size with \
+             segmentation offload and counts what arrives; quinn moves the same bytes on one \
+             stream, hashed at both ends. Ratios are medians over {rounds} interleaved rounds.",
+            FILE_BYTES >> 20,
+            phyllo_net::DEFAULT_STACK
+        ),
+        format!(
+            "`ilp.bulk_vs_raw_udp` = {vs_raw:.2} (goal ≥ 0.60); `ilp.bulk_vs_quinn` = \
+             {vs_quinn:.2} (goal ≥ 2.0)."
+        ),
+    ];
+    Ok(Outcome::Done(Section {
+        text,
+        tables: vec![table],
+        plots: vec![],
+        figures: vec![
+            ("ilp.bulk_vs_raw_udp".into(), vs_raw),
+            ("ilp.bulk_vs_quinn".into(), vs_quinn),
+            (
+                "bulk.phyllo_mbytes_per_s".into(),
+                median(&|r| r.phyllo) / 1e6,
+            ),
+            ("bulk.raw_udp_mbytes_per_s".into(), median(&|r| r.raw) / 1e6),
+            ("bulk.quinn_mbytes_per_s".into(), median(&|r| r.quinn) / 1e6),
+        ],
+    }))
+}

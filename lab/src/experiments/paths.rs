@@ -1,0 +1,729 @@
+//! `paths`: seed 000's latency techniques (Mosberger et al.) on phyllo's two reference stacks
+//! — outlining (OUT), cloning with a bipartite layout (CLO, and the deliberately bad BAD),
+//! path-inlining (PIN) and all of them (ALL) against the standard dynamic stack (STD).
+//!
+//! - Instructions per round trip, counted by callgrind over `phyllo paths trace` (measured,
+//!   deterministic): a layout moves code, it does not change what runs, so CLO and BAD count
+//!   as OUT and ALL as PIN.
+//! - Table 2: round-trip time per version over memlink and UDP loopback (measured).
+//! - Tables 4 and 5 (modelled): trace length, CPI, iCPI and mCPI, i-cache misses and the
+//!   fetched-but-never-executed share under the Alpha 21064's memory system and under this
+//!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
+//!   as virtual layouts of OUT's and PIN's traces.
+
+use crate::paths_cmd::{direct_round_trip, ends, learn, mean_sd, workload, LinkArg, Rtt};
+use crate::report::{Ctx, Experiment, Outcome, Section, Table};
+use anyhow::{Context, Result};
+use phyllo::conn::BuildError;
+use crate::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::{Config, Connection, LayerSet};
+use phyllo_analyze::analysis::{LayoutSetup, Report, Setup};
+use phyllo_analyze::cache::{HierarchyConfig, Unused};
+use phyllo_analyze::capture;
+use phyllo_analyze::layout::{Layout, LayoutKind};
+use phyllo_analyze::session;
+use phyllo_analyze::timing::{Breakdown, TimingConfig};
+
+/// The experiment.
+pub struct Paths;
+
+/// The versions whose code differs (the others are layouts of these).
+const CODE: [Version; 3] = [Version::Std, Version::Out, Version::Pin];
+
+impl Experiment for Paths {
+    fn name(&self) -> &'static str {
+        "paths"
+    }
+
+    fn title(&self) -> &'static str {
+        "Latency techniques: outlining, bipartite layout, path-inlining (seed 000)"
+    }
+
+    fn seed_ref(&self) -> Option<&'static str> {
+        Some("seed 000, Tables 2, 4, 5")
+    }
+
+    fn run(&self, ctx: &Ctx) -> Result<Outcome> {
+        let quick = ctx.quick;
+        let mut sec = Section {
+            text: vec![
+                "The stacks: short `tcp:ip:eth` (three big layers: `tcp` holds the connection's \
+                 ports, window, retransmission and a transport checksum) and tall \
+                 `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth` (eight small layers, the \
+                 x-kernel RPC stack's shape). STD runs the dynamic stack (a virtual call per \
+                 layer and phase) without hints; OUT the same with rare paths marked cold; PIN \
+                 the static stack, which the compiler inlines; CLO, BAD and ALL are layouts of \
+                 OUT's and PIN's code. Both ends of a round trip run the version measured (the \
+                 seed optimised only the RPC client)."
+                    .into(),
+            ],
+            tables: vec![],
+            plots: vec![],
+            figures: vec![],
+        };
+        let traced = trace_all(quick, &mut sec)?;
+        if let Some((rounds, t)) = &traced {
+            instructions(*rounds, t, &mut sec)?;
+        }
+        round_trips(quick, &mut sec)?;
+        processing_times(quick, &mut sec)?;
+        if let Some((rounds, t)) = &traced {
+            modelled(*rounds, t, &mut sec);
+        }
+        classifier(quick, &mut sec)?;
+        Ok(Outcome::Done(sec))
+    }
+}
+
+/// Instructions per round trip of each code version: the trace length lackey gave (a rep
+/// string instruction once per iteration, as callgrind counts), cross-checked against
+/// callgrind's count of the region for the tall stack's STD.
+fn instructions(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) -> Result<()> {
+    let mut table = Table {
+        title: "Instructions per round trip (both ends; valgrind, measured)".into(),
+        headers: [
+            "stack",
+            "STD",
+            "OUT (= CLO, BAD)",
+            "PIN (= ALL)",
+            "ALL / STD",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for (kind, t) in traced {
+        let per = |v: Version| {
+            t.reports
+                .iter()
+                .find(|(x, _)| *x == v)
+                .map_or(0.0, |(_, r)| r.instruction_records() as f64 / rounds as f64)
+        };
+        let (std, out, pin) = (per(Version::Std), per(Version::Out), per(Version::Pin));
+        let ratio = pin / std.max(1.0);
+        sec.figures.push((
+            match kind {
+                StackKind::Short => "paths.short_all_vs_std_instructions",
+                StackKind::Tall => "paths.tall_all_vs_std_instructions",
+            }
+            .into(),
+            ratio,
+        ));
+        table.rows.push(vec![
+            kind.name().into(),
+            format!("{std:.0}"),
+            format!("{out:.0}"),
+            format!("{pin:.0}"),
+            format!("{ratio:.3}"),
+        ]);
+        if *kind == StackKind::Tall {
+            if let Some(exe) = super::phyllo_exe() {
+                let w = workload(&exe, "trace", *kind, Version::Std, rounds);
+                let ir =
+                    capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
+                sec.text.push(format!(
+                    "Instruction counts: the lackey traces' lengths; callgrind counts the tall \
+                     stack's STD region at {:.0} per round trip against lackey's {std:.0}.",
+                    ir as f64 / rounds as f64
+                ));
+            }
+        }
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+/// Seed Table 2: round-trip time per version (measured), both stacks, memlink and UDP.
+fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
+    let runs = if quick { 3 } else { 10 };
+    for udp in [false, true] {
+        let rounds = match (quick, udp) {
+            (true, false) => 3000,
+            (true, true) => 1000,
+            (false, false) => 30_000,
+            (false, true) => 10_000,
+        };
+        let mut table = Table {
+            title: format!(
+                "Seed Table 2: round-trip time over {} (measured; mean ± sd of {runs} runs of \
+                 {rounds} round trips, runs of the versions interleaved)",
+                if udp { "UDP loopback" } else { "memlink" }
+            ),
+            headers: [
+                "version",
+                "short, ns",
+                "Δ vs ALL's code",
+                "tall, ns",
+                "Δ vs ALL's code",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: vec![],
+        };
+        // Per stack, per code version: the mean of each run.
+        let mut means = vec![vec![Vec::new(); CODE.len()]; 2];
+        for _ in 0..runs {
+            for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
+                for (c, v) in CODE.into_iter().enumerate() {
+                    let link = if udp { LinkArg::Udp } else { LinkArg::Mem };
+                    let r = with_stack(
+                        kind,
+                        v,
+                        Rtt {
+                            link,
+                            size: 1,
+                            rounds,
+                        },
+                    )?;
+                    means[k][c].push(mean_sd(&r.samples_ns).0 as u64);
+                }
+            }
+        }
+        let stat = |k: usize, c: usize| mean_sd(&means[k][c]);
+        for v in Version::ALL {
+            let c = CODE.iter().position(|x| *x == v);
+            let mut row = vec![v.name().to_string()];
+            for k in 0..2 {
+                match c {
+                    Some(c) => {
+                        let (m, sd) = stat(k, c);
+                        let best = stat(k, 2).0;
+                        row.push(format!("{m:.0} ± {sd:.0}"));
+                        row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                    }
+                    None => {
+                        row.push("layout of OUT/PIN (modelled below)".into());
+                        row.push("—".into());
+                    }
+                }
+            }
+            table.rows.push(row);
+        }
+        sec.tables.push(table);
+    }
+    Ok(())
+}
+
+/// The classifier's own cost and its effect on round trips (ALL's code).
+struct ClassifierCost {
+    kind: StackKind,
+    packets: usize,
+    rounds: usize,
+    runs: usize,
+}
+
+/// What [`ClassifierCost`] measured.
+struct Cost {
+    /// ns per classification.
+    ns: f64,
+    /// Round trip without classification, mean ns of each run.
+    plain: Vec<f64>,
+    /// The same with it.
+    classified: Vec<f64>,
+    /// Header bytes the key's words span.
+    key_bytes: usize,
+}
+
+impl OnStack for ClassifierCost {
+    type Out = Result<Cost>;
+    fn run<S: LayerSet + Send + 'static, M: FnMut(Config) -> Result<Connection<S>, BuildError>>(
+        self,
+        mut make: M,
+    ) -> Result<Cost> {
+        let (mut a, mut b) = ends(&mut make)?;
+        let l = learn(self.kind, &mut a, &mut b)?;
+        let inputs = [&l.samples[0][..], &l.samples[1][..]];
+        let t0 = std::time::Instant::now();
+        let mut hits = 0usize;
+        for i in 0..self.packets {
+            hits += usize::from(l.at_b.matches(std::hint::black_box(inputs[i & 1])));
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / self.packets.max(1) as f64;
+        anyhow::ensure!(hits == self.packets.div_ceil(2), "the classifier misrouted");
+        let epoch = std::time::Instant::now();
+        let (mut plain, mut classified) = (Vec::new(), Vec::new());
+        let mut general = 0;
+        let data = [0x5au8];
+        for _ in 0..self.runs {
+            for with in [false, true] {
+                let c = with.then_some((&l.at_b, &l.at_a));
+                let t = std::time::Instant::now();
+                for _ in 0..self.rounds {
+                    let now = phyllo::Time(epoch.elapsed().as_nanos() as u64);
+                    direct_round_trip(&mut a, &mut b, now, &data, c, &mut general)?;
+                }
+                let per = t.elapsed().as_nanos() as f64 / self.rounds.max(1) as f64;
+                if with {
+                    classified.push(per);
+                } else {
+                    plain.push(per);
+                }
+            }
+        }
+        anyhow::ensure!(
+            general == 0,
+            "{general} datagrams of the flow were not matched"
+        );
+        Ok(Cost {
+            ns,
+            plain,
+            classified,
+            key_bytes: l.at_b.key_bytes(),
+        })
+    }
+}
+
+/// The classifier: instructions (callgrind) and time per datagram, and round trips with and
+/// without it in front of both ends.
+fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
+    let (packets, rounds, runs) = if quick {
+        (1_000_000, 3000, 3)
+    } else {
+        (10_000_000, 30_000, 10)
+    };
+    let mut table = Table {
+        title: "The path classifier (ALL's code): its own cost per datagram, and round trips \
+                over a direct hand-off with and without it at both ends (measured)"
+            .into(),
+        headers: [
+            "stack",
+            "key bytes compared",
+            "instructions per datagram",
+            "ns per datagram",
+            "round trip without, ns",
+            "with, ns",
+            "Δ per round trip (2 datagrams), ns",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    let exe = super::phyllo_exe().filter(|_| capture::have_valgrind());
+    for kind in StackKind::BOTH {
+        let cost = with_stack(
+            kind,
+            Version::All,
+            ClassifierCost {
+                kind,
+                packets,
+                rounds,
+                runs,
+            },
+        )?;
+        let insns = match &exe {
+            Some(exe) => {
+                let n = if quick { 20_000 } else { 200_000 };
+                let w = workload(exe, "classify", kind, Version::All, n);
+                let ir =
+                    capture::callgrind(&w, phyllo_analyze::roi::REGION_SYMBOL, None)?.get("Ir");
+                format!("{:.1}", ir as f64 / n as f64)
+            }
+            None => "— (valgrind missing)".into(),
+        };
+        let (ns, p, w) = (
+            cost.ns,
+            mean_sd_f(&cost.plain).0,
+            mean_sd_f(&cost.classified).0,
+        );
+        if kind == StackKind::Tall {
+            sec.figures
+                .push(("paths.classifier_ns_per_packet".into(), ns));
+        }
+        table.rows.push(vec![
+            kind.name().into(),
+            cost.key_bytes.to_string(),
+            insns,
+            format!("{ns:.2}"),
+            format!("{p:.0}"),
+            format!("{w:.0}"),
+            format!("{:+.0}", w - p),
+        ]);
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+/// A memory model of Tables 4 and 5.
+struct Model {
+    name: String,
+    hier: HierarchyConfig,
+    timing: TimingConfig,
+}
+
+/// The Alpha 21064 of the seed, and this host's cache geometry with the analyzer's default
+/// timing (4-wide, L1 1, L2 6, memory 60 cycles).
+fn models() -> [Model; 2] {
+    let (host, how) = HierarchyConfig::host();
+    [
+        Model {
+            name: "Alpha 21064 (8 KB direct-mapped L1I, 32 B lines; 2 MB b-cache; 2/10/48 \
+                   cycles; single issue)"
+                .into(),
+            hier: HierarchyConfig::alpha21064(),
+            timing: TimingConfig::alpha21064(),
+        },
+        Model {
+            name: format!("this host's geometry ({how}; 4-wide, 1/6/60 cycles)"),
+            hier: host,
+            timing: TimingConfig::default(),
+        },
+    ]
+}
+
+/// One row of Table 4: a version under a model.
+#[derive(Clone, Debug)]
+struct Row {
+    version: String,
+    b: Breakdown,
+    l1i_misses: u64,
+    unused: Option<Unused>,
+}
+
+/// What the traces of one stack gave: per model, the rows; per code version, its report
+/// under the first pass.
+struct Traced {
+    rows: Vec<Vec<Row>>,
+    reports: Vec<(Version, Report)>,
+}
+
+/// Trace each code version of `kind` under lackey and run Tables 4 and 5's models: the
+/// linker's layout in one pass (both models), then OUT's and PIN's code under the bipartite,
+/// bad and linear (invocation order) layouts, per model.
+fn trace_stack(exe: &std::path::Path, kind: StackKind, rounds: usize) -> Result<Traced> {
+    let ms = models();
+    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); ms.len()];
+    let mut reports = Vec::new();
+    for v in CODE {
+        let mut p = session::prepare(workload(exe, "trace", kind, v, rounds))?;
+        let setup = Setup {
+            hierarchies: ms.iter().map(|m| m.hier).collect(),
+            timings: ms.iter().enumerate().map(|(i, m)| (i, m.timing)).collect(),
+            instructions: true,
+            unused: true,
+            ..Setup::default()
+        };
+        let r = session::analyze(&mut p, setup, false)?.report;
+        for (k, _) in ms.iter().enumerate() {
+            let b = r
+                .timings
+                .iter()
+                .find(|t| t.0 == k)
+                .map(|t| t.2)
+                .unwrap_or_default();
+            rows[k].push(Row {
+                version: v.name().into(),
+                b,
+                l1i_misses: r.caches.get(k).map_or(0, |c| c.1.misses()),
+                unused: r.unused.get(k).copied(),
+            });
+        }
+        if v != Version::Std {
+            // The layouts of this code: CLO/ALL (bipartite), BAD (OUT's only) and a linear
+            // allocation in invocation order (the seed's advice when the path fits the cache).
+            let kinds: Vec<(String, LayoutKind)> = match v {
+                Version::Out => vec![
+                    ("CLO".into(), LayoutKind::Bipartite),
+                    ("BAD".into(), LayoutKind::Bad),
+                    ("OUT, linear".into(), LayoutKind::InvocationOrder),
+                ],
+                _ => vec![
+                    ("ALL".into(), LayoutKind::Bipartite),
+                    ("PIN, linear".into(), LayoutKind::InvocationOrder),
+                ],
+            };
+            let base = p.map.funcs().first().map_or(0, |f| f.start);
+            for (k, m) in ms.iter().enumerate() {
+                let period = m.hier.l1i.sets() * u64::from(m.hier.l1i.line);
+                let layouts = kinds
+                    .iter()
+                    .map(|(_, lk)| {
+                        Layout::compute(lk, p.map.funcs(), &r.profile, period, rounds as u64, base)
+                    })
+                    .collect();
+                let lr = session::analyze(
+                    &mut p,
+                    Setup {
+                        layouts: Some(LayoutSetup {
+                            l1i: m.hier.l1i,
+                            layouts,
+                            timing: Some((m.hier, m.timing)),
+                        }),
+                        unused: true,
+                        ..Setup::default()
+                    },
+                    false,
+                )?
+                .report;
+                for ((name, _), res) in kinds.iter().zip(&lr.layouts) {
+                    rows[k].push(Row {
+                        version: name.clone(),
+                        b: res.breakdown.unwrap_or_default(),
+                        l1i_misses: res.l1i.misses(),
+                        unused: res.unused,
+                    });
+                }
+            }
+        }
+        reports.push((v, r));
+    }
+    Ok(Traced { rows, reports })
+}
+
+/// The lackey traces of every code version of both stacks (`None`, and a note in the
+/// section, when valgrind or the phyllo binary is missing), and the round trips each holds.
+/// Round trips per trace, and each stack's traces.
+type AllTraced = (usize, Vec<(StackKind, Traced)>);
+
+fn trace_all(quick: bool, sec: &mut Section) -> Result<Option<AllTraced>> {
+    let Some(exe) = super::phyllo_exe().filter(|_| capture::have_valgrind()) else {
+        sec.text.push(
+            "Instruction counts and Tables 4 and 5: SKIPPED — they need valgrind (apt-get \
+             install valgrind) and the phyllo binary."
+                .into(),
+        );
+        return Ok(None);
+    };
+    let rounds = if quick { 200 } else { 2000 };
+    let mut all = Vec::new();
+    for kind in StackKind::BOTH {
+        let t =
+            trace_stack(&exe, kind, rounds).with_context(|| format!("tracing {}", kind.spec()))?;
+        all.push((kind, t));
+    }
+    Ok(Some((rounds, all)))
+}
+
+/// Seed Tables 4 and 5, modelled, from the traces.
+fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
+    let ms = models();
+    let order = [
+        "BAD",
+        "STD",
+        "OUT",
+        "CLO",
+        "PIN",
+        "ALL",
+        "OUT, linear",
+        "PIN, linear",
+    ];
+    let mut t5 = Table {
+        title: "Seed Table 5 (modelled): fetched i-cache bytes never executed (Alpha L1I, 32 B \
+                lines; this host's L1I) and the static size of the code the round trips run, \
+                without (STD) and with (OUT) outlining"
+            .into(),
+        headers: [
+            "stack",
+            "version",
+            "unused, Alpha",
+            "unused, host",
+            "functions run",
+            "their size, instructions",
+            "up to the last one run, instructions",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for (kind, t) in traced {
+        let kind = *kind;
+        for (k, m) in ms.iter().enumerate() {
+            let all = t.rows[k].iter().find(|r| r.version == "ALL").map(|r| r.b);
+            let mut table = Table {
+                title: format!(
+                    "Seed Table 4 (modelled), {} stack, {}: per round trip",
+                    kind.name(),
+                    m.name
+                ),
+                headers: [
+                    "version",
+                    "trace length",
+                    "cycles",
+                    "CPI",
+                    "iCPI",
+                    "mCPI",
+                    "L1I misses",
+                    "fetched, never run",
+                    "Δ cycles vs ALL",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: vec![],
+            };
+            for name in order {
+                let Some(r) = t.rows[k].iter().find(|r| r.version == name) else {
+                    continue;
+                };
+                let per = |x: u64| x as f64 / rounds as f64;
+                table.rows.push(vec![
+                    name.into(),
+                    format!("{:.0}", per(r.b.instructions)),
+                    format!("{:.0}", per(r.b.cycles)),
+                    format!("{:.2}", r.b.cpi),
+                    format!("{:.2}", r.b.icpi),
+                    format!("{:.2}", r.b.mcpi),
+                    format!("{:.1}", per(r.l1i_misses)),
+                    r.unused
+                        .map_or("—".into(), |u| format!("{:.1} %", 100.0 * u.fraction())),
+                    all.map_or("—".into(), |a| {
+                        format!(
+                            "{:+.1} %",
+                            100.0 * (r.b.cycles as f64 / a.cycles.max(1) as f64 - 1.0)
+                        )
+                    }),
+                ]);
+            }
+            if k == 0 && kind == StackKind::Tall {
+                let mcpi = |n: &str| t.rows[k].iter().find(|r| r.version == n).map(|r| r.b.mcpi);
+                if let (Some(bad), Some(all)) = (mcpi("BAD"), mcpi("ALL")) {
+                    sec.figures
+                        .push(("paths.alpha_mcpi_bad_vs_all".into(), bad / all.max(1e-9)));
+                }
+            }
+            sec.tables.push(table);
+        }
+        for (v, r) in &t.reports {
+            if *v == Version::Pin {
+                continue;
+            }
+            let frac = |k: usize| {
+                r.unused
+                    .get(k)
+                    .map_or("—".into(), |u| format!("{:.1} %", 100.0 * u.fraction()))
+            };
+            let c = &r.code_size;
+            t5.rows.push(vec![
+                kind.name().into(),
+                v.name().into(),
+                frac(0),
+                frac(1),
+                c.functions.to_string(),
+                c.total_insns.to_string(),
+                c.hot_insns.to_string(),
+            ]);
+        }
+    }
+    sec.tables.push(t5);
+    sec.text.push(format!(
+        "Tables 4 and 5 are modelled: {rounds} round trips of `phyllo paths trace` (both ends, \
+         datagrams handed over directly) traced by valgrind lackey and run through \
+         phyllo-analyze under each memory model. CLO, BAD and ALL are virtual layouts of OUT's \
+         and PIN's traces (functions re-placed, no relinking): bipartite (library functions, \
+         called more than once per round trip, in one part of the cache; path functions in \
+         the rest; each in invocation order), bad (every function at the same cache set) and, \
+         as the seed's §3.2 advises when the whole path fits the cache, linear (invocation \
+         order). The static sizes count every named function the region runs, the C \
+         library's included."
+    ));
+}
+
+/// One `phyllo paths rtt --link direct` run of `exe`: mean ns per round trip.
+fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Result<f64> {
+    let w = workload(exe, "rtt", kind, v, rounds);
+    let out = std::process::Command::new(&w.program)
+        .args(&w.args)
+        .args(["--link", "direct"])
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("mean ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|x| x.parse::<f64>().ok())
+        .with_context(|| {
+            format!(
+                "no mean in {:?} ({})",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+/// Seed Table 4's T_p, measured: protocol processing per round trip (both ends, datagrams
+/// handed over directly), each version in a process of its own, runs interleaved. CLO and ALL
+/// are binaries relinked in the bipartite order (`phyllo paths relink`), in the full run only:
+/// the first relink compiles the workspace once more.
+fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
+    let Some(exe) = super::phyllo_exe() else {
+        return Ok(());
+    };
+    let (runs, rounds) = if quick { (3, 5000) } else { (7, 50_000) };
+    let relinked = !quick && capture::have_valgrind();
+    let dir = std::env::temp_dir().join(format!("phyllo-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut table = Table {
+        title: format!(
+            "Seed Table 4's T_p (measured): ns of protocol processing per round trip, both ends, \
+             datagrams handed over directly; mean ± sd of {runs} runs of {rounds}, each version \
+             in its own process, runs interleaved"
+        ),
+        headers: [
+            "version",
+            "short",
+            "Δ vs ALL (PIN where ALL was not relinked)",
+            "tall",
+            "Δ vs ALL (PIN where ALL was not relinked)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    // Per stack: (version, binary, means).
+    let mut per: Vec<Vec<(Version, std::path::PathBuf, Vec<f64>)>> = Vec::new();
+    for kind in StackKind::BOTH {
+        let mut row = Vec::new();
+        for v in [Version::Std, Version::Out, Version::Pin] {
+            row.push((v, exe.clone(), Vec::new()));
+        }
+        if relinked {
+            for (v, code) in [(Version::Clo, Version::Out), (Version::All, Version::Pin)] {
+                let out = dir.join(format!("phyllo-{}-{}", kind.spec().len(), v.name()));
+                let names =
+                    crate::relink::symbol_order(kind, code, crate::relink::Order::Bipartite, 200)?;
+                crate::relink::relink(&names, &out)?;
+                row.push((v, out, Vec::new()));
+            }
+        }
+        per.push(row);
+    }
+    for _ in 0..runs {
+        for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
+            for (v, bin, means) in &mut per[k] {
+                means.push(direct_rtt(bin, kind, v.code(), rounds)?);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let stat = |k: usize, v: Version| per[k].iter().find(|x| x.0 == v).map(|x| mean_sd_f(&x.2));
+    for v in Version::ALL {
+        let mut row = vec![v.name().to_string()];
+        for k in 0..2 {
+            let best = stat(k, Version::All)
+                .or(stat(k, Version::Pin))
+                .map_or(1.0, |x| x.0);
+            match stat(k, v) {
+                Some((m, sd)) => {
+                    row.push(format!("{m:.0} ± {sd:.0}"));
+                    row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                }
+                None => {
+                    row.push(match v {
+                        Version::Bad => "modelled only (needs gaps)".into(),
+                        _ => "relinked in the full run".into(),
+                    });
+                    row.push("—".into());
+                }
+            }
+        }
+        table.rows.push(row);
+    }
+    sec.tables.push(table);
+    Ok(())
+}
+
+/// Mean and sample standard deviation.
+fn mean_sd_f(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    (m, var.sqrt())
+}

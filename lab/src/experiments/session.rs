@@ -1,0 +1,414 @@
+//! `session`: sessions between processes — the handshake's round trips, a sealed accelerated
+//! session's latency against raw UDP across two processes, the memory of an idle session, and
+//! the sessions an attack on a live endpoint kills.
+//!
+//! - **Handshake round trips**: two endpoints on the in-memory network with a 1 ms one-way
+//!   delay; the time from `connect` to the initiator's session, over the round-trip time
+//!   (exact: virtual time). Also reported: the handshake over loopback, as `connect` measures
+//!   it.
+//! - **RTT vs raw UDP**: `phyllo serve --busy-poll --accel --raw-echo` in a child process
+//!   answers both session pings and raw UDP datagrams in one loop; this process busy-polls and
+//!   alternates blocks of raw and session pings of 32 bytes, and compares medians.
+//! - **Bytes per idle session**: a `phyllo serve` child allowing 10 000 keys (1 000 with
+//!   `--quick`) takes one session from each (a handshake and one ping); its resident set
+//!   growth over the sessions, from `/proc/PID/statm`.
+//! - **Attack**: `crate::attack` (mutations, replays, forged identifications, a
+//!   spoofed handshake flood) against a server with four live sessions, layered and
+//!   accelerated; a session is lost if an end reported it ended or it stopped delivering.
+
+use phyllo_cli::app_protocol::PING;
+use crate::report::{Ctx, Experiment, Outcome, Section, Table};
+use anyhow::{bail, Context, Result};
+use crate::attack::{self, AttackConfig};
+use phyllo::testing::net::SessionNet;
+use phyllo::testing::memlink::Faults;
+use phyllo::session::endpoint::{Event, SessionEndpoint};
+use phyllo::session::StaticKey;
+use phyllo::Time;
+use phyllo_net::SessionSocket;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The session experiment.
+pub struct Session;
+
+const STACK: &str = phyllo_net::DEFAULT_STACK;
+
+impl Experiment for Session {
+    fn name(&self) -> &'static str {
+        "session"
+    }
+
+    fn title(&self) -> &'static str {
+        "Sessions between processes: handshake, latency, idle memory, attack"
+    }
+
+    fn run(&self, ctx: &Ctx) -> Result<Outcome> {
+        let mut figures = Vec::new();
+        let mut text = vec![format!(
+            "Sessions run `{STACK}` (sealed: AES-256-GCM), accelerated unless said otherwise, \
+             keys from a Noise IK handshake per session."
+        )];
+        let mut table = Table {
+            title: "Figures".into(),
+            headers: ["figure", "value", "goal", "how"]
+                .map(String::from)
+                .to_vec(),
+            rows: vec![],
+        };
+
+        let rtts = handshake_rtts()?;
+        figures.push(("session.handshake_rtts".into(), rtts));
+        table.rows.push(row(
+            "session.handshake_rtts",
+            format!("{rtts:.2}"),
+            "1",
+            "virtual time, 1 ms each way",
+        ));
+
+        let dir = std::env::temp_dir().join(format!("phyllo-session-exp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let result = processes(ctx, &dir, &mut figures, &mut table, &mut text);
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+
+        let mut lost = 0;
+        let mut attack_table = Table {
+            title: "The attack on a live endpoint (four established sessions)".into(),
+            headers: [
+                "path",
+                "datagrams injected",
+                "sessions lost",
+                "newcomer got a session",
+                "messages after / delivered",
+                "cookie replies",
+                "server drops by reason",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: vec![],
+        };
+        for accel in [false, true] {
+            let r = attack::run(&AttackConfig::new(accel))?;
+            lost += r.sessions_lost;
+            attack_table.rows.push(vec![
+                if accel { "accelerated" } else { "layered" }.into(),
+                r.injected.to_string(),
+                r.sessions_lost.to_string(),
+                if r.newcomer_established { "yes" } else { "no" }.into(),
+                format!("{} / {}", r.after.0, r.after.1),
+                r.cookie_replies.to_string(),
+                r.server_drops
+                    .iter()
+                    .map(|(n, c)| format!("{n} {c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]);
+        }
+        figures.push(("serve.attack_sessions_lost".into(), lost as f64));
+        table.rows.push(row(
+            "serve.attack_sessions_lost",
+            lost.to_string(),
+            "0",
+            "layered + accelerated attack runs",
+        ));
+        Ok(Outcome::Done(Section {
+            text,
+            tables: vec![table, attack_table],
+            plots: vec![],
+            figures,
+        }))
+    }
+}
+
+fn row(name: &str, value: String, goal: &str, how: &str) -> Vec<String> {
+    vec![format!("`{name}`"), value, goal.into(), how.into()]
+}
+
+/// Handshake time over the round-trip time, on the in-memory network.
+fn handshake_rtts() -> Result<f64> {
+    let sk = StaticKey::generate()?;
+    let ck = StaticKey::generate()?;
+    let mk = |k: &StaticKey, allowed: Vec<_>, seed: u8| {
+        SessionEndpoint::builder(k.clone())
+            .allow_all(allowed)
+            .stack(STACK)
+            .accelerate(true)
+            .seed([seed; 32])
+            .build()
+    };
+    let one_way = Duration::from_millis(1);
+    let mut net: SessionNet = SessionNet::new(Faults::none(one_way), 1);
+    let s_addr: SocketAddr = "10.0.0.1:1".parse()?;
+    net.add(s_addr, mk(&sk, vec![ck.public()], 1)?);
+    let c = net.add("10.0.0.2:1".parse()?, mk(&ck, vec![], 2)?);
+    net.nodes[c].ep.connect(Time::ZERO, sk.public(), s_addr);
+    net.run_until(Time::ZERO + Duration::from_secs(1));
+    let Some((t, _)) = net.nodes[c]
+        .events
+        .iter()
+        .find(|(_, e)| matches!(e, Event::Established { .. }))
+    else {
+        bail!("no session on the in-memory network");
+    };
+    Ok(t.as_nanos() as f64 / (2 * one_way.as_nanos()) as f64)
+}
+
+/// A child process, killed when dropped.
+pub(super) struct KillOnDrop(pub(super) Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `phyllo serve ARGS` as a child (which must `--print-addr`), and the first line it prints.
+pub(super) fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
+    let exe = std::env::current_exe().context("finding the phyllo executable")?;
+    let mut child = Command::new(exe)
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting phyllo serve")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("no stdout")?)
+        .read_line(&mut line)
+        .context("reading the server's address")?;
+    if line.trim().is_empty() {
+        bail!("phyllo serve did not start");
+    }
+    Ok((KillOnDrop(child), line.trim().to_string()))
+}
+
+/// `phyllo serve` on a loopback port, accelerated, with the static key in `key` and the peer
+/// `allow` (a public key file) allowed, plus `extra`: the child and its address line.
+pub(super) fn spawn_local_serve(
+    key: &str,
+    allow: &str,
+    extra: &[&str],
+) -> Result<(KillOnDrop, String)> {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--print-addr",
+        "--accel",
+        "--key",
+        key,
+        "--allow",
+        allow,
+    ];
+    args.extend_from_slice(extra);
+    spawn_serve(&args)
+}
+
+fn rss_bytes(pid: u32) -> Result<u64> {
+    let statm =
+        std::fs::read_to_string(format!("/proc/{pid}/statm")).context("reading /proc/PID/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .context("statm")?
+        .parse()
+        .context("statm")?;
+    Ok(pages * 4096)
+}
+
+/// The two-process measurements: RTT ratio and idle-session memory.
+fn processes(
+    ctx: &Ctx,
+    dir: &Path,
+    figures: &mut Vec<(String, f64)>,
+    table: &mut Table,
+    text: &mut Vec<String>,
+) -> Result<()> {
+    if super::phyllo_exe().is_none() {
+        text.push("Two-process figures skipped: not run from the `phyllo` executable.".into());
+        return Ok(());
+    }
+    let sk = StaticKey::generate()?;
+    let ck = StaticKey::generate()?;
+    let skf = dir.join("server");
+    phyllo_net::keys::write_pair(&skf, &sk)?;
+    phyllo_net::keys::write_pair(&dir.join("client"), &ck)?;
+    let cpub = phyllo_net::keys::public_path(&dir.join("client"));
+    // RTT: session pings and raw UDP pings against the same server loop.
+    {
+        let (_server, addrs) = spawn_local_serve(
+            skf.to_str().unwrap_or_default(),
+            cpub.to_str().unwrap_or_default(),
+            &["--raw-echo", "127.0.0.1:0", "--busy-poll"],
+        )?;
+        let mut it = addrs.split_whitespace();
+        let s_addr: SocketAddr = it.next().context("address")?.parse()?;
+        let raw_addr: SocketAddr = it.next().context("raw address")?.parse()?;
+        let mut node =
+            SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
+        node.set_busy_poll(true);
+        let now = node.now();
+        let p = node.endpoint_mut().connect(now, sk.public(), s_addr);
+        let t0 = Instant::now();
+        while !node.endpoint().is_established(p) {
+            if t0.elapsed() > Duration::from_secs(5) {
+                bail!("no session with the child server");
+            }
+            node.pump(Duration::from_millis(5))?;
+        }
+        let handshake_us = node
+            .endpoint()
+            .peer_stats(p)
+            .and_then(|s| s.handshake_time)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e6;
+        let raw = UdpSocket::bind("127.0.0.1:0")?;
+        raw.connect(raw_addr)?;
+        raw.set_nonblocking(true)?;
+        let (blocks, per) = if ctx.quick { (6, 500) } else { (20, 2000) };
+        let mut raw_rtts = Vec::new();
+        let mut ses_rtts = Vec::new();
+        let msg = {
+            let mut m = vec![0u8; 32];
+            m[0] = PING;
+            m
+        };
+        let mut buf = [0u8; 2048];
+        for b in 0..blocks * 2 {
+            // Warm-up pings are left out of each block.
+            for i in 0..per + 50 {
+                let t = Instant::now();
+                if b % 2 == 0 {
+                    raw.send(&msg)?;
+                    let until = Instant::now() + Duration::from_secs(2);
+                    loop {
+                        match raw.recv(&mut buf) {
+                            Ok(_) => break,
+                            Err(_) if Instant::now() < until => std::hint::spin_loop(),
+                            Err(e) => bail!("raw UDP echo: {e}"),
+                        }
+                    }
+                } else {
+                    let now = node.now();
+                    node.endpoint_mut()
+                        .send(now, p, &msg)
+                        .map_err(|e| anyhow::anyhow!("session ping: {e}"))?;
+                    let until = Instant::now() + Duration::from_secs(2);
+                    loop {
+                        node.pump(Duration::ZERO)?;
+                        if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
+                            break;
+                        }
+                        if Instant::now() > until {
+                            bail!("session ping lost for 2 s");
+                        }
+                    }
+                }
+                if i >= 50 {
+                    let rtt = t.elapsed().as_secs_f64() * 1e6;
+                    if b % 2 == 0 {
+                        raw_rtts.push(rtt);
+                    } else {
+                        ses_rtts.push(rtt);
+                    }
+                }
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (r, s) = (median(&mut raw_rtts), median(&mut ses_rtts));
+        let ratio = s / r;
+        figures.push(("serve.rtt_ratio_vs_raw_udp".into(), ratio));
+        figures.push(("serve.rtt_us".into(), s));
+        figures.push(("serve.raw_udp_rtt_us".into(), r));
+        figures.push(("serve.handshake_us".into(), handshake_us));
+        table.rows.push(row(
+            "serve.rtt_ratio_vs_raw_udp",
+            format!("{ratio:.2} ({s:.1} µs vs {r:.1} µs)"),
+            "≤ 1.25",
+            &format!("two processes, busy-poll, {blocks} blocks of {per} alternating, medians"),
+        ));
+        table.rows.push(row(
+            "serve.handshake_us",
+            format!("{handshake_us:.0}"),
+            "",
+            "loopback, connect to session up",
+        ));
+    }
+    // Idle sessions.
+    let n = if ctx.quick { 1000 } else { 10_000 };
+    let keys: Vec<StaticKey> = (0..n)
+        .map(|_| StaticKey::generate())
+        .collect::<Result<_, _>>()?;
+    let allow = dir.join("allowed");
+    std::fs::write(
+        &allow,
+        keys.iter()
+            .map(|k| format!("{}\n", k.public()))
+            .collect::<String>(),
+    )?;
+    let (server, addr) = spawn_serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--print-addr",
+        "--accel",
+        "--key",
+        skf.to_str().unwrap_or_default(),
+        "--allow-file",
+        allow.to_str().unwrap_or_default(),
+    ])?;
+    let s_addr: SocketAddr = addr.parse()?;
+    let pid = server.0.id();
+    // One session first, so that what every session shares (code pages, pools) is in.
+    let mut established = 0;
+    let mut before = 0;
+    for (i, k) in keys.iter().enumerate() {
+        if i == 1 {
+            std::thread::sleep(Duration::from_millis(100));
+            before = rss_bytes(pid)?;
+        }
+        let mut node = SessionSocket::bind("127.0.0.1:0".parse()?, k.clone(), vec![], STACK, true)?;
+        let now = node.now();
+        let p = node.endpoint_mut().connect(now, sk.public(), s_addr);
+        let now = node.now();
+        let _ = node.endpoint_mut().send(now, p, &[PING, 1, 2, 3]);
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            node.pump(Duration::from_millis(2))?;
+            if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
+                established += 1;
+                // Stay until the answer is acknowledged: the session is left idle, not with
+                // an answer outstanding.
+                let until = Instant::now() + Duration::from_millis(20);
+                while Instant::now() < until && !node.endpoint().is_quiet(p) {
+                    node.pump(Duration::from_millis(1))?;
+                }
+                break;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let after = rss_bytes(pid)?;
+    let sessions = (established - 1).max(1) as f64;
+    let per = after.saturating_sub(before) as f64 / sessions;
+    drop(server);
+    figures.push(("serve.bytes_per_idle_session".into(), per));
+    figures.push(("serve.idle_sessions".into(), established as f64));
+    table.rows.push(row(
+        "serve.bytes_per_idle_session",
+        format!("{per:.0}"),
+        "≤ 8192",
+        &format!(
+            "RSS growth of a `phyllo serve` child over {} sessions (of {n} attempted)",
+            established - 1
+        ),
+    ));
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! phyllo's lab: the report and every experiment behind it, the reproductions of the papers
+//! phyllo builds on, and the baselines its timings are divided by. Never published; it uses
+//! the product crates' public API only (and `phyllo`'s `testing` feature).
+//!
+//! - The report ([`report`]) runs the experiments ([`experiments`]) and writes
+//!   `report/index.{md,html}`, plots and `results.json`.
+//! - Reproductions: seed 000's reference stacks and latency techniques ([`paths`]), seed 001's
+//!   integrated layer processing ([`ilp`], [`ilp_ftp`]), seed 002's livelock model
+//!   ([`livelock_model`]) and forwarder on real sockets ([`forward`], [`netns`]).
+//! - Checks of the product under stress: heavy-fault soaks ([`soak`]) and the attack on a live
+//!   session endpoint ([`attack`]).
+//! - Baselines and instruments: raw UDP ([`rawudp`]), AEADs ([`aead`]), timing helpers
+//!   ([`measure`]), the analyzer's workloads ([`workload`], [`analyze_cmd`]), the targets
+//!   run under callgrind ([`cmd`]), a binary relinked in a chosen function order ([`relink`]).
+//!   The papers are mapped to modules in `docs/papers.md`.
+
+pub mod aead;
+pub mod analyze_cmd;
+pub mod attack;
+pub mod cmd;
+pub mod experiments;
+pub mod forward;
+pub mod ilp;
+pub mod ilp_cmd;
+pub mod ilp_ftp;
+pub mod livelock_model;
+pub mod measure;
+pub mod netns;
+pub mod paths;
+pub mod paths_cmd;
+pub mod rawudp;
+pub mod relink;
+pub mod report;
+pub mod soak;
+pub mod workload;
