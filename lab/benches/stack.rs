@@ -5,8 +5,8 @@
 //!   the ratio of the two medians is printed at the end.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use phyllo::testing::Pair;
 use phyllo::stack::LayerSet;
+use phyllo::testing::Pair;
 use phyllo_lab::measure::{rtt_udp, static4_pair};
 use phyllo_lab::rawudp::{raw_pingpong, PingPongConfig, Summary};
 use std::time::Duration;

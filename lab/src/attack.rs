@@ -20,14 +20,14 @@
 //! server exchange more messages. A session is *lost* if an end reported it ended or it did
 //! not deliver everything afterwards.
 
-use phyllo::testing::net::SessionNet;
 use phyllo::accel::preamble::{Preamble, PREAMBLE_LEN};
-use phyllo::testing::memlink::Faults;
 use phyllo::session::endpoint::{
     Discard, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER,
 };
 use phyllo::session::mac::ResponderMacKeys;
 use phyllo::session::{Initiation, StaticKey};
+use phyllo::testing::memlink::Faults;
+use phyllo::testing::net::SessionNet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::SocketAddr;

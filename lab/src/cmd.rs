@@ -1,10 +1,10 @@
 //! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
 
 use crate::measure::{rtt_mem, set_fast_path_check, stream_mem, stream_udp, CheckArg, LinkKind};
+use crate::rawudp::Summary;
 use anyhow::Result;
 use phyllo::accel::Miss;
 use phyllo::Stats;
-use crate::rawudp::Summary;
 use std::time::Duration;
 
 /// Options shared by `rtt` and `stream`.

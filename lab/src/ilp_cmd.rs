@@ -1,11 +1,11 @@
 //! `phyllo ilp`: send or receive packets through one execution of the integrated data path,
 //! for valgrind to count (`phyllo_ilp_op` marks one packet's work) or to time.
 
-use anyhow::{bail, Result};
-use clap::{Args, ValueEnum};
 use crate::ilp::safer::ToyKey;
 use crate::ilp::xdr::Reply;
 use crate::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
 
 /// The execution, for the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -24,14 +24,14 @@
 //! Keys are fresh random bytes for every run, shared in-process by the two threads; ChaCha20
 //! takes the packet number as its nonce, so no (key, nonce) pair is ever used twice.
 
-use phyllo_cli::app_protocol::hex_digest;
+use crate::ilp::safer::ToyKey;
+use crate::ilp::xdr::{self, Reply};
+use crate::ilp::{self, ChaCha, Execution, IlpError, Plain};
 use crate::ilp_cmd::{CipherArg, Exec};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::Args;
 use phyllo::conn::{Config, Connection, SendError, MAX_MESSAGE};
-use crate::ilp::safer::ToyKey;
-use crate::ilp::xdr::{self, Reply};
-use crate::ilp::{self, ChaCha, Execution, IlpError, Plain};
+use phyllo_cli::app_protocol::hex_digest;
 use phyllo_net::driver::UdpDriver;
 use phyllo_udp::udp::UdpLink;
 use sha2::{Digest, Sha256};

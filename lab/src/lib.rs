@@ -9,7 +9,7 @@
 //!   ([`livelock_model`]) and forwarder on real sockets ([`forward`], [`netns`]).
 //! - Checks of the product under stress: heavy-fault soaks ([`soak`]) and the attack on a live
 //!   session endpoint ([`attack`]).
-//! - Baselines and instruments: raw UDP ([`rawudp`]), AEADs ([`aead`]), timing helpers
+//! - Baselines and instruments: raw UDP ([`rawudp`], and [`raw_echo`] beside `serve`), AEADs ([`aead`]), timing helpers
 //!   ([`measure`]), the analyzer's workloads ([`workload`], [`analyze_cmd`]), the targets
 //!   run under callgrind ([`cmd`]), a binary relinked in a chosen function order ([`relink`]).
 //!   The papers are mapped to modules in `docs/papers.md`.
@@ -28,6 +28,7 @@ pub mod measure;
 pub mod netns;
 pub mod paths;
 pub mod paths_cmd;
+pub mod raw_echo;
 pub mod rawudp;
 pub mod relink;
 pub mod report;

@@ -2,7 +2,7 @@
 //! own commands (`serve`, `connect`, ...), so that experiments run as child processes the
 //! very code operators run.
 
-use phyllo_lab::{aead, analyze_cmd, cmd, ilp_cmd, ilp_ftp, paths_cmd, report, workload};
+use phyllo_lab::{aead, analyze_cmd, cmd, ilp_cmd, ilp_ftp, paths_cmd, raw_echo, report, workload};
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +41,8 @@ enum Cmd {
     /// Seed 000's reference stacks in their six versions: time round trips, or run them
     /// between the analyzer's markers for valgrind.
     Paths(paths_cmd::PathsArgs),
+    /// `phyllo serve` with a raw-UDP echo polled in the same busy loop (a latency baseline).
+    ServeRawEcho(raw_echo::RawEchoArgs),
     /// The product's commands, as `phyllo` runs them.
     #[command(flatten)]
     Product(phyllo_cli::Command),
@@ -69,6 +71,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Ilp(args) => ilp_cmd::ilp(args),
         Cmd::IlpFtp(args) => ilp_ftp::run(args),
         Cmd::Paths(args) => paths_cmd::main(args),
+        Cmd::ServeRawEcho(args) => raw_echo::main(args),
         Cmd::Product(cmd) => phyllo_cli::run(cmd),
     }
 }

@@ -2,16 +2,16 @@
 //! one-way streams of a phyllo stack, over the in-memory link (pure processing cost) or UDP
 //! loopback (two threads, each end its own socket and connection).
 
+use crate::rawudp::Summary;
 use anyhow::{anyhow, bail, Context, Result};
 use phyllo::conn::BuildError;
-use phyllo::testing::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
 use phyllo::testing::memlink::MemLink;
+use phyllo::testing::Pair;
 use phyllo::FastPathCheck;
 use phyllo::LayerSet;
 use phyllo::{Config, Connection, Msg, Stats};
 use phyllo_net::driver::UdpDriver;
-use crate::rawudp::Summary;
 use phyllo_udp::udp::UdpLink;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};

@@ -7,13 +7,13 @@
 //! them on the trace, and a binary relinked with a symbol order runs them for real.
 
 use crate::measure::{configs, rtt_mem_on, rtt_udp_on, udp_pair_of, RttRun};
+use crate::paths::classify::{flow_fields, Classifier, Route};
+use crate::paths::{with_stack, OnStack, StackKind, Version};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use phyllo::conn::BuildError;
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::MemLink;
-use crate::paths::classify::{flow_fields, Classifier, Route};
-use crate::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, LayerSet};
 use phyllo_analyze::capture::Workload;
 use std::path::Path;

@@ -10,9 +10,9 @@
 //! bipartite layout (which also keeps path functions out of the library's cache sets); the
 //! deliberately conflicting BAD layout needs gaps and stays modelled.
 
+use crate::paths::{StackKind, Version};
 use crate::paths_cmd::workload;
 use anyhow::{bail, Context, Result};
-use crate::paths::{StackKind, Version};
 use phyllo_analyze::analysis::Setup;
 use phyllo_analyze::image::Image;
 use phyllo_analyze::session;

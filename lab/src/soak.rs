@@ -15,10 +15,10 @@
 //! `handle_datagram`, `poll_delivery`, and `post_process` whenever `needs_post_process` says
 //! so between rounds (the application is idle then).
 
-use phyllo::testing::Pair;
 use phyllo::conn::{BuildError, Config, Connection};
-use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::{build_dyn, LayerSet};
+use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use phyllo::time::{earliest, Time};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -8,12 +8,12 @@
 mod common;
 use common::*;
 use phyllo::conn::BuildError;
-use phyllo_lab::soak::{run_with, Outcome, SoakConfig};
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::Side;
 use phyllo::testing::memlink::{Faults, MemLink};
-use phyllo_lab::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, LayerSet, Role};
+use phyllo_lab::paths::{with_stack, OnStack, StackKind, Version};
+use phyllo_lab::soak::{run_with, Outcome, SoakConfig};
 
 /// Messages A sends B over a link with `faults`: what B got and every datagram on the wire.
 struct Exchange<'a> {

@@ -3,9 +3,9 @@
 //! retransmission backs off while the link is dark — for the plain and the sealed stack, each
 //! layered and accelerated.
 
-use phyllo_lab::soak::{run, soak, Outcome, Schedule, SoakConfig, Summary};
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::MemLink;
+use phyllo::testing::Pair;
+use phyllo_lab::soak::{run, soak, Outcome, Schedule, SoakConfig, Summary};
 
 const PLAIN: &str = "frag(1400):window(16):checksum";
 const SEALED: &str = "frag(1400):window(16):checksum:seal";

@@ -28,10 +28,6 @@ pub struct ServeArgs {
     /// skipped).
     #[arg(long)]
     pub allow_file: Option<PathBuf>,
-    /// Also echo raw UDP datagrams on this address, in the same loop (a baseline for
-    /// latency comparisons that pays the same polling).
-    #[arg(long)]
-    pub raw_echo: Option<String>,
     /// The stack of every session.
     #[arg(long, default_value = phyllo_net::DEFAULT_STACK)]
     pub stack: String,
@@ -51,7 +47,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub print_addr: bool,
     /// Receive with a plain loop instead of the receive engine (which is used unless
-    /// `--busy-poll` or `--raw-echo` asks for the latency loop).
+    /// `--busy-poll` asks for the latency loop).
     #[arg(long)]
     pub no_engine: bool,
     /// The receive engine's quota: receive buffers taken off the socket per turn.
@@ -204,23 +200,20 @@ impl App<'_> {
     }
 }
 
-/// Serve with the plain loop: wait for input (up to 50 ms, or not at all when a raw-echo
-/// socket is polled beside the session socket), serve the application, send its answers.
+/// Serve with the plain loop: wait for input (up to 50 ms, or not at all when `beside` is
+/// polled in the same loop), serve the application, send its answers.
 fn serve_on_loop(
     node: &mut SessionSocket,
     app: &mut App<'_>,
     stop: &std::sync::atomic::AtomicBool,
-    raw: Option<&std::net::UdpSocket>,
+    mut beside: Option<&mut dyn FnMut() -> Result<()>>,
 ) -> Result<()> {
-    let mut raw_buf = vec![0u8; 65_536];
     while !app_protocol::is_set(stop) && !app.done() {
-        match raw {
-            // Poll both sockets without sleeping in either.
-            Some(r) => {
+        match beside.as_mut() {
+            // Poll both without sleeping in either.
+            Some(f) => {
                 node.pump(Duration::ZERO)?;
-                while let Ok((n, from)) = r.recv_from(&mut raw_buf) {
-                    let _ = r.send_to(&raw_buf[..n], from);
-                }
+                f()?;
             }
             None => {
                 node.pump(Duration::from_millis(50))?;
@@ -235,6 +228,12 @@ fn serve_on_loop(
 
 /// Run the server.
 pub fn serve(args: ServeArgs) -> Result<()> {
+    serve_with(args, None)
+}
+
+/// Run the server with `beside` polled in the same busy loop, every turn (the lab puts a
+/// raw-UDP echo there: a latency baseline that pays the same polling).
+pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
     let key = phyllo_net::keys::read_private(&args.key)?;
     let mut allowed = args
         .allow
@@ -244,18 +243,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if let Some(f) = &args.allow_file {
         allowed.extend(phyllo_net::keys::read_allow_file(f)?);
     }
-    let raw = match &args.raw_echo {
-        Some(a) => {
-            let a = app_protocol::parse_addr(a)?;
-            let s =
-                std::net::UdpSocket::bind(a).with_context(|| format!("cannot listen on {a}"))?;
-            s.set_nonblocking(true)?;
-            Some(s)
-        }
-        None => None,
-    };
     let addr = app_protocol::parse_addr(&args.listen)?;
-    let engine = !(args.no_engine || args.busy_poll || raw.is_some());
+    let engine = !(args.no_engine || args.busy_poll || beside.is_some());
     let mut node = if engine {
         // Established peers get sockets of their own, which the engine serves in turn with
         // the listening one: a flood of junk or handshakes fills only the latter.
@@ -269,10 +258,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     let stop = app_protocol::interrupted()?;
     if args.print_addr {
-        match &raw {
-            Some(r) => println!("{} {}", node.local_addr(), r.local_addr()?),
-            None => println!("{}", node.local_addr()),
-        }
+        println!("{}", node.local_addr());
     }
     eprintln!(
         "serving on {} (public key {}), stack `{}`{}",
@@ -292,20 +278,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             quota: args.quota as usize,
             listen_share: args.listen_share,
         };
-        node.serve_on_engine(
-            &cfg,
-            &stop,
-            |node| {
-                app.round(node)?;
-                Ok(if app.done() {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                })
-            },
-        )?;
+        node.serve_on_engine(&cfg, &stop, |node| {
+            app.round(node)?;
+            Ok(if app.done() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })?;
     } else {
-        serve_on_loop(&mut node, &mut app, &stop, raw.as_ref())?;
+        serve_on_loop(&mut node, &mut app, &stop, beside)?;
     }
     if app.done() {
         // Let the last answers be confirmed before going.

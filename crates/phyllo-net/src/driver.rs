@@ -5,11 +5,11 @@
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
 
-use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use phyllo::conn::Connection;
 use phyllo::msg::Msg;
 use phyllo::stack::{DynStack, LayerSet};
 use phyllo::time::Time;
+use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
 use std::io;
 use std::time::Instant;
 

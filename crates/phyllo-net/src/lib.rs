@@ -49,6 +49,6 @@ mod serve;
 mod socket;
 
 pub use error::NetError;
-pub use serve::EngineConfig;
 pub use phyllo::session::endpoint::DEFAULT_STACK;
+pub use serve::EngineConfig;
 pub use socket::SessionSocket;

@@ -71,7 +71,9 @@ impl SessionSocket {
             ..PollConfig::default()
         })
         .map_err(NetError::Engine)?;
-        let rx = engine.add_receive(self.socket()).map_err(NetError::Engine)?;
+        let rx = engine
+            .add_receive(self.socket())
+            .map_err(NetError::Engine)?;
         engine
             .set_quota(rx, (quota / 4).max(1))
             .map_err(NetError::Engine)?;

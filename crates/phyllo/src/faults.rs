@@ -90,4 +90,3 @@ impl Faults {
         fate
     }
 }
-

@@ -127,8 +127,7 @@ pub use msg::{Msg, Pool};
 pub use poller::{PollConfig, Poller};
 pub use session::endpoint::{
     Discard, EndReason, EndpointBuildError, Event, Input, PeerId, PeerStats, SessionConfig,
-    SessionEndpoint, SessionEndpointBuilder, SessionEndpointStats, SessionSendError,
-    DEFAULT_STACK,
+    SessionEndpoint, SessionEndpointBuilder, SessionEndpointStats, SessionSendError, DEFAULT_STACK,
 };
 pub use session::{KeyParseError, PublicKey, SessionKeys, StaticKey};
 pub use stack::{LayerSet, SpecError};

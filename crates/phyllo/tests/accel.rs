@@ -5,8 +5,8 @@
 mod common;
 use common::*;
 use phyllo::accel::preamble::Preamble;
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, Role, Time};
 use std::time::Duration;
 
@@ -210,10 +210,12 @@ fn first_loss_case_with(drop_a: &[usize], drop_b: &[usize], lend: bool) {
         let keep_a = transmitted_except(&mut pair.a, drop_a, &mut na, lend);
         let keep_b = transmitted_except(&mut pair.b, drop_b, &mut nb, false);
         for d in keep_a {
-            pair.link.send(phyllo::testing::memlink::Side::A, pair.now, &d);
+            pair.link
+                .send(phyllo::testing::memlink::Side::A, pair.now, &d);
         }
         for d in keep_b {
-            pair.link.send(phyllo::testing::memlink::Side::B, pair.now, &d);
+            pair.link
+                .send(phyllo::testing::memlink::Side::B, pair.now, &d);
         }
         let more = pair.step();
         while let Some(m) = pair.b.poll_delivery() {

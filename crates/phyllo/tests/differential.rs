@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::MemLink;
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection};
 
 #[test]

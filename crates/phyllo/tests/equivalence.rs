@@ -31,11 +31,11 @@
 mod common;
 use common::{payload, rng, sizes};
 use phyllo::field::{FieldClass, FieldHandle};
-use phyllo::testing::Pair;
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use phyllo::layout::FieldRegistry;
-use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::{build_dyn, DynStack};
+use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, Time};
 use rand::Rng;
 use std::sync::{Arc, Mutex};

@@ -7,12 +7,12 @@
 mod common;
 use common::*;
 use phyllo::conn::BuildError;
-use phyllo::testing::Pair;
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Verdict};
 use phyllo::layers::Seal;
 use phyllo::layout::FieldRegistry;
-use phyllo::testing::memlink::{MemLink, Side};
 use phyllo::stack::DynStack;
+use phyllo::testing::memlink::{MemLink, Side};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, DynConnection, Time};
 use std::sync::{Arc, Mutex};
 

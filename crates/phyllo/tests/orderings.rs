@@ -18,8 +18,8 @@
 //! `window` must still deliver everything exactly once, in order; stacks without it are
 //! unreliable, so only the absence of corruption and panics is asserted for them.
 
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use std::time::Duration;
 
 /// The layers, as spec tokens.

@@ -8,12 +8,12 @@ mod common;
 use common::*;
 use phyllo::accel::{AccelStats, Miss, CHECK_FIRST, CHECK_PERIOD};
 use phyllo::field::{FieldClass, FieldHandle};
-use phyllo::testing::Pair;
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Packet, Predict, Verdict};
 use phyllo::layers::{Checksum, Frag, Window};
 use phyllo::layout::FieldRegistry;
-use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::DynStack;
+use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection, FastPathCheck, Layer, Role};
 use std::time::Duration;
 

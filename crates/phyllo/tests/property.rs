@@ -4,8 +4,8 @@
 
 mod common;
 use common::*;
-use phyllo::testing::Pair;
 use phyllo::testing::memlink::MemLink;
+use phyllo::testing::Pair;
 
 const SCHEDULES: u64 = 1000;
 

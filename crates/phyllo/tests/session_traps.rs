@@ -4,10 +4,10 @@
 //! dead-peer detection that sees messages waiting for a rekey, a restarted client on the
 //! default configuration, and an on-path copy that cannot steal a peer's address.
 
-use phyllo::testing::net::SessionNet;
-use phyllo::testing::memlink::Faults;
 use phyllo::session::endpoint::{Discard, Event, SessionConfig, SessionEndpoint, SessionSendError};
 use phyllo::session::{PublicKey, StaticKey};
+use phyllo::testing::memlink::Faults;
+use phyllo::testing::net::SessionNet;
 use phyllo::Time;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -3,10 +3,10 @@
 //! the reliability contract under heavy faults, each layered and accelerated (the attack on a live
 //! endpoint is the lab's, `lab/tests/attack.rs`).
 
-use phyllo::testing::net::SessionNet;
-use phyllo::testing::memlink::Faults;
 use phyllo::session::endpoint::{EndReason, Event, PeerId, SessionConfig, SessionEndpoint, DATA};
 use phyllo::session::{PublicKey, StaticKey};
+use phyllo::testing::memlink::Faults;
+use phyllo::testing::net::SessionNet;
 use phyllo::Time;
 use std::collections::HashSet;
 use std::net::SocketAddr;

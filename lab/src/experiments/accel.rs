@@ -11,9 +11,9 @@ use crate::measure::{
     critical_path, critical_path_instructions, median, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
     stream_udp,
 };
+use crate::rawudp::{raw_pingpong, PingPongConfig};
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use phyllo::Connection;
-use crate::rawudp::{raw_pingpong, PingPongConfig};
 use std::time::Duration;
 
 /// The Protocol Accelerator experiment.

@@ -14,10 +14,10 @@
 //!   and hashed at both ends.
 
 use super::session::spawn_local_serve;
+use crate::rawudp::{raw_stream, StreamConfig};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{bail, Context, Result};
 use phyllo::session::StaticKey;
-use crate::rawudp::{raw_stream, StreamConfig};
 use std::path::Path;
 use std::process::Command;
 

@@ -6,11 +6,11 @@
 //! execution. Rounds interleave every variant and memcpy of the same size; each figure is the
 //! median over rounds, so the ratios compare measurements taken side by side.
 
+use crate::ilp::xdr::Reply;
+use crate::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
 use crate::ilp_cmd::CHACHA_KEY;
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use anyhow::Result;
-use crate::ilp::xdr::Reply;
-use crate::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
 use phyllo_analyze::cache::HierarchyConfig;
 use phyllo_analyze::capture::{callgrind, have_valgrind, Workload};
 use std::hint::black_box;

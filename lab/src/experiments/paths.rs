@@ -11,11 +11,11 @@
 //!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
 //!   as virtual layouts of OUT's and PIN's traces.
 
+use crate::paths::{with_stack, OnStack, StackKind, Version};
 use crate::paths_cmd::{direct_round_trip, ends, learn, mean_sd, workload, LinkArg, Rtt};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{Context, Result};
 use phyllo::conn::BuildError;
-use crate::paths::{with_stack, OnStack, StackKind, Version};
 use phyllo::{Config, Connection, LayerSet};
 use phyllo_analyze::analysis::{LayoutSetup, Report, Setup};
 use phyllo_analyze::cache::{HierarchyConfig, Unused};

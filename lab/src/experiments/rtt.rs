@@ -5,8 +5,8 @@
 //! UDP's; runs alternate (raw, phyllo, raw, ...) so slow phases of a shared machine hit both.
 
 use crate::measure::{rtt_mem, rtt_udp};
-use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use crate::rawudp::{raw_pingpong, PingPongConfig, Summary};
+use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 
 pub const SPEC4: &str = "frag(1400):window(16):checksum:seal";
 pub const SPEC3: &str = "frag(1400):window(16):checksum";

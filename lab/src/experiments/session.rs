@@ -6,7 +6,8 @@
 //!   delay; the time from `connect` to the initiator's session, over the round-trip time
 //!   (exact: virtual time). Also reported: the handshake over loopback, as `connect` measures
 //!   it.
-//! - **RTT vs raw UDP**: `phyllo serve --busy-poll --accel --raw-echo` in a child process
+//! - **RTT vs raw UDP**: `phyllo-lab serve-raw-echo --busy-poll --accel` (`phyllo serve` with a raw-UDP echo in the
+//!   same loop) in a child process
 //!   answers both session pings and raw UDP datagrams in one loop; this process busy-polls and
 //!   alternates blocks of raw and session pings of 32 bytes, and compares medians.
 //! - **Bytes per idle session**: a `phyllo serve` child allowing 10 000 keys (1 000 with
@@ -16,15 +17,15 @@
 //!   spoofed handshake flood) against a server with four live sessions, layered and
 //!   accelerated; a session is lost if an end reported it ended or it stopped delivering.
 
-use phyllo_cli::app_protocol::PING;
+use crate::attack::{self, AttackConfig};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{bail, Context, Result};
-use crate::attack::{self, AttackConfig};
-use phyllo::testing::net::SessionNet;
-use phyllo::testing::memlink::Faults;
 use phyllo::session::endpoint::{Event, SessionEndpoint};
 use phyllo::session::StaticKey;
+use phyllo::testing::memlink::Faults;
+use phyllo::testing::net::SessionNet;
 use phyllo::Time;
+use phyllo_cli::app_protocol::PING;
 use phyllo_net::SessionSocket;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
@@ -169,22 +170,32 @@ impl Drop for KillOnDrop {
 
 /// `phyllo serve ARGS` as a child (which must `--print-addr`), and the first line it prints.
 pub(super) fn spawn_serve(args: &[&str]) -> Result<(KillOnDrop, String)> {
-    let exe = std::env::current_exe().context("finding the phyllo executable")?;
+    spawn_lab("serve", args, 1)
+}
+
+/// `phyllo-lab COMMAND ARGS` as a child, and the first `lines` lines it prints, joined by
+/// spaces.
+fn spawn_lab(command: &str, args: &[&str], lines: usize) -> Result<(KillOnDrop, String)> {
+    let exe = std::env::current_exe().context("finding the phyllo-lab executable")?;
     let mut child = Command::new(exe)
-        .arg("serve")
+        .arg(command)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .context("starting phyllo serve")?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("no stdout")?)
-        .read_line(&mut line)
-        .context("reading the server's address")?;
-    if line.trim().is_empty() {
-        bail!("phyllo serve did not start");
+    let mut out = BufReader::new(child.stdout.take().context("no stdout")?);
+    let mut got = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        out.read_line(&mut line)
+            .context("reading the server's address")?;
+        if line.trim().is_empty() {
+            bail!("phyllo-lab {command} did not start");
+        }
+        got.push(line.trim().to_string());
     }
-    Ok((KillOnDrop(child), line.trim().to_string()))
+    Ok((KillOnDrop(child), got.join(" ")))
 }
 
 /// `phyllo serve` on a loopback port, accelerated, with the static key in `key` and the peer
@@ -240,14 +251,26 @@ fn processes(
     let cpub = phyllo_net::keys::public_path(&dir.join("client"));
     // RTT: session pings and raw UDP pings against the same server loop.
     {
-        let (_server, addrs) = spawn_local_serve(
-            skf.to_str().unwrap_or_default(),
-            cpub.to_str().unwrap_or_default(),
-            &["--raw-echo", "127.0.0.1:0", "--busy-poll"],
+        let (_server, addrs) = spawn_lab(
+            "serve-raw-echo",
+            &[
+                "--raw-echo",
+                "127.0.0.1:0",
+                "--busy-poll",
+                "--listen",
+                "127.0.0.1:0",
+                "--print-addr",
+                "--accel",
+                "--key",
+                skf.to_str().unwrap_or_default(),
+                "--allow",
+                cpub.to_str().unwrap_or_default(),
+            ],
+            2,
         )?;
         let mut it = addrs.split_whitespace();
-        let s_addr: SocketAddr = it.next().context("address")?.parse()?;
         let raw_addr: SocketAddr = it.next().context("raw address")?.parse()?;
+        let s_addr: SocketAddr = it.next().context("address")?.parse()?;
         let mut node =
             SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
         node.set_busy_poll(true);

@@ -9,8 +9,8 @@
 //! most 100 per second). Virtual time: the counts are exact and repeat run to run.
 
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
-use anyhow::Result;
 use crate::soak::{soak, SoakConfig};
+use anyhow::Result;
 
 /// The soak experiment.
 pub struct Soak;

@@ -3,8 +3,8 @@
 
 use super::rtt::{SPEC3, SPEC4};
 use crate::measure::{stream_mem, stream_udp};
-use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use crate::rawudp::{raw_stream, StreamConfig};
+use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use std::time::Duration;
 
 /// One-way message rate.

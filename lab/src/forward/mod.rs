@@ -31,9 +31,9 @@ pub mod trial;
 pub use stage::{StageKind, UserStage, SNAPLEN};
 pub use trial::{burst_latency, generate, trial, Offer, Setup, Testbed, Trial};
 
+use phyllo::poller::PollConfig;
 use phyllo_net::receive::{Engine, Served};
 use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
-use phyllo::poller::PollConfig;
 use stage::{Handoff, Stage};
 use std::collections::VecDeque;
 use std::io;

@@ -11,8 +11,8 @@
 //! ran `ip_output` in screend's context.
 
 use super::{spin, sys};
-use phyllo_udp::udp::UdpLink;
 use phyllo::poller::Watermarks;
+use phyllo_udp::udp::UdpLink;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;

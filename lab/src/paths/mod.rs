@@ -25,11 +25,11 @@ pub mod frame;
 pub mod rpc;
 pub mod tcpip;
 
+use frame::Eth;
 use phyllo::conn::{BuildError, Config, Connection};
 use phyllo::layer::Role;
 use phyllo::layers::{Frag, Ports, Window, WindowConfig};
 use phyllo::stack::{DynStack, LayerSet};
-use frame::Eth;
 use rpc::{Bid, MSelect, VChan, VNet, XrpcTest};
 use tcpip::Ip;
 

@@ -15,8 +15,8 @@ pub mod memlink;
 pub mod net;
 
 use crate::conn::{BuildError, Config, Connection, SendError};
-use crate::testing::memlink::{Faults, MemLink, Side};
 use crate::stack::{build_dyn, DynStack, LayerSet};
+use crate::testing::memlink::{Faults, MemLink, Side};
 use crate::time::{earliest, Time};
 
 /// Two connections over an in-memory link.

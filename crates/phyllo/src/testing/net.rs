@@ -8,9 +8,9 @@
 //! calls only (`poll_transmit`, `handle_datagram`, `poll_timeout`/`handle_timeout`,
 //! `poll_delivery_with`, `poll_event`).
 
-use crate::testing::memlink::Faults;
 use crate::session::endpoint::{Event, PeerId, SessionEndpoint};
 use crate::stack::{DynStack, LayerSet};
+use crate::testing::memlink::Faults;
 use crate::time::{earliest, Time};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -1,10 +1,10 @@
 //! Shared helpers of the integration tests.
 #![allow(dead_code)]
 
-use phyllo::testing::Pair;
 use phyllo::layers::{Checksum, Frag, Seal, Window};
-use phyllo::testing::memlink::{Faults, MemLink};
 use phyllo::stack::LayerSet;
+use phyllo::testing::memlink::{Faults, MemLink};
+use phyllo::testing::Pair;
 use phyllo::{Config, Connection};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

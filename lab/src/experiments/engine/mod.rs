@@ -13,9 +13,9 @@
 mod real;
 mod serve_flood;
 
+use crate::livelock_model::{self, Arrivals, Design, Scenario};
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use anyhow::Result;
-use crate::livelock_model::{self, Arrivals, Design, Scenario};
 use phyllo::poller::{CycleLimit, PollConfig};
 use std::time::Duration;
 

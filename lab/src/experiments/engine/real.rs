@@ -4,12 +4,12 @@
 //! a user thread under cycle limits (Fig. 10), a garbage flood on one interface, and hosts in
 //! network namespaces.
 
-use crate::report::{Plot, Section, Series, Table};
-use anyhow::Result;
-use phyllo::poller::{CycleLimit, PollConfig};
 use crate::forward::{
     self, trial, Design, ForwardConfig, Forwarded, Offer, Setup, Testbed, Trial, UserStage,
 };
+use crate::report::{Plot, Section, Series, Table};
+use anyhow::Result;
+use phyllo::poller::{CycleLimit, PollConfig};
 use std::time::Duration;
 
 /// The highest offered rate: ten times the real MLFRR and more.

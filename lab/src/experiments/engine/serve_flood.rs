@@ -41,8 +41,8 @@ fn serve_flood_runs(
     dir: &std::path::Path,
     out: &mut Section,
 ) -> Result<()> {
-    use phyllo_cli::app_protocol::PING;
     use phyllo::session::StaticKey;
+    use phyllo_cli::app_protocol::PING;
     use phyllo_net::{SessionSocket, DEFAULT_STACK};
     use phyllo_udp::udp::{UdpLink, MAX_BATCH};
     use std::sync::atomic::{AtomicBool, Ordering};
