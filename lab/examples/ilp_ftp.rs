@@ -1,7 +1,7 @@
 //! Seed 001's RPC file transfer in code: a temporary file of 8 MiB sent by each execution of
 //! the integrated data path ([`phyllo_lab::ilp_ftp::transfer`]), one summary line each.
 //!
-//! Run: `cargo run --release -p phyllo-cli --example ilp_ftp`.
+//! Run: `cargo run --release -p phyllo-lab --example ilp_ftp`.
 
 use anyhow::{Context, Result};
 use phyllo_lab::ilp_cmd::Exec;

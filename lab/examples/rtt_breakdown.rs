@@ -7,7 +7,7 @@
 //!   Protocol Accelerator ([`rtt_udp`]).
 //!
 //! `link / raw` is what the socket layer costs, `accel / link` what the driver and the
-//! protocol cost. Run: `cargo run --release -p phyllo-cli --example rtt_breakdown [STACK]`.
+//! protocol cost. Run: `cargo run --release -p phyllo-lab --example rtt_breakdown [STACK]`.
 
 use anyhow::Result;
 use phyllo_lab::measure::{median, rtt_udp};

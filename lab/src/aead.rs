@@ -4,7 +4,7 @@
 //! place with a detached 16-byte tag and 16 bytes of associated data, as `seal` does; keys are
 //! set up once (key schedule, GHASH tables), outside what is measured.
 //!
-//! `phyllo aead` runs one implementation under callgrind (`phyllo_aead_seal`,
+//! `phyllo-lab aead` runs one implementation under callgrind (`phyllo_aead_seal`,
 //! `phyllo_aead_open` mark what is counted); [`time_ns`] times them in-process.
 
 use anyhow::{anyhow, Result};
@@ -155,7 +155,7 @@ pub fn phyllo_aead_open(k: &Keyed, n: u64, ad: &[u8], data: &mut [u8], tag: &[u8
     k.open(n, ad, data, tag)
 }
 
-/// `phyllo aead` options.
+/// `phyllo-lab aead` options.
 #[derive(Args, Debug)]
 pub struct AeadArgs {
     /// The implementation.
@@ -169,7 +169,7 @@ pub struct AeadArgs {
     pub rounds: u64,
 }
 
-/// `phyllo aead`: seal and open `rounds` messages (for callgrind), checking each opens.
+/// `phyllo-lab aead`: seal and open `rounds` messages (for callgrind), checking each opens.
 pub fn main(args: AeadArgs) -> Result<()> {
     let k = Keyed::new(args.which)?;
     let ad = [0x5au8; 16];

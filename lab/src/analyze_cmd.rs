@@ -1,5 +1,5 @@
-//! `phyllo analyze`: trace any phyllo workload under valgrind lackey and run the architecture
-//! analyzer (seed 003's figures, seed 000's CPI/iCPI/mCPI) with your own cache geometry.
+//! `phyllo-lab analyze`: trace any phyllo workload under valgrind lackey and run the architecture
+//! analyzer (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003)'s figures, seed 000's CPI/iCPI/mCPI) with your own cache geometry.
 
 use std::fmt::Write as _;
 
@@ -11,7 +11,7 @@ use phyllo_analyze::layout::{Layout, LayoutKind};
 use phyllo_analyze::session;
 use phyllo_analyze::timing::TimingConfig;
 
-/// `phyllo analyze` options.
+/// `phyllo-lab analyze` options.
 #[derive(clap::Args, Debug, Clone)]
 #[command(
     after_help = "Example:\n  phyllo analyze --workload lan --packets 2000 --l1i 16k:4:32 --l1i 32k:4:32 --l1d 16k:4:32 --policy lru --width 1 --width 4 --fusion --layout bipartite\n\nGeometries are SIZE:ASSOC:LINE (k/m suffixes). Each --l1i × --l1d pair is one hierarchy, all simulated in one pass."
@@ -245,7 +245,7 @@ pub fn render(r: &Report, top: usize) -> String {
     s
 }
 
-/// Runs `phyllo analyze`.
+/// Runs `phyllo-lab analyze`.
 pub fn main(a: AnalyzeArgs) -> Result<()> {
     crate::workload::check_name(&a.workload)?;
     let hier = hierarchies(&a)?;

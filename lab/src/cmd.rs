@@ -1,4 +1,4 @@
-//! `phyllo rtt` and `phyllo stream`: run a stack and print a table.
+//! `phyllo-lab rtt` and `phyllo-lab stream`: run a stack and print a table.
 
 use crate::measure::{rtt_mem, set_fast_path_check, stream_mem, stream_udp, CheckArg, LinkKind};
 use crate::rawudp::Summary;
@@ -32,7 +32,7 @@ pub struct StackArgs {
     pub fast_path_check: CheckArg,
 }
 
-/// `phyllo rtt` options.
+/// `phyllo-lab rtt` options.
 #[derive(clap::Args, Debug)]
 pub struct RttArgs {
     #[command(flatten)]
@@ -48,7 +48,7 @@ pub struct RttArgs {
     rate: Option<f64>,
 }
 
-/// `phyllo stream` options.
+/// `phyllo-lab stream` options.
 #[derive(clap::Args, Debug)]
 pub struct StreamArgs {
     #[command(flatten)]
@@ -68,7 +68,7 @@ fn check_size(size: usize) -> Result<()> {
     Ok(())
 }
 
-/// Run `phyllo rtt`.
+/// Run `phyllo-lab rtt`.
 pub fn rtt(args: RttArgs) -> Result<()> {
     let s = &args.stack;
     check_size(s.size)?;
@@ -128,7 +128,7 @@ pub fn rtt(args: RttArgs) -> Result<()> {
     Ok(())
 }
 
-/// Run `phyllo stream`.
+/// Run `phyllo-lab stream`.
 pub fn stream(args: StreamArgs) -> Result<()> {
     let s = &args.stack;
     check_size(s.size)?;
@@ -230,7 +230,7 @@ pub fn print_accel(who: &str, a: &phyllo::accel::AccelStats) {
     }
 }
 
-/// `phyllo critical-path` options.
+/// `phyllo-lab critical-path` options.
 #[derive(clap::Args, Debug)]
 pub struct CriticalPathArgs {
     /// The stack, top layer first.
@@ -250,7 +250,7 @@ pub struct CriticalPathArgs {
     pub fast_path_check: CheckArg,
 }
 
-/// Run `phyllo critical-path`: the in-memory critical-path loop alone, so callgrind can count
+/// Run `phyllo-lab critical-path`: the in-memory critical-path loop alone, so callgrind can count
 /// the instructions of `phyllo_cp_send` and `phyllo_cp_deliver` (see
 /// [`crate::measure::critical_path_instructions`]).
 pub fn critical_path(args: CriticalPathArgs) -> Result<()> {

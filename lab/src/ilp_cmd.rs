@@ -1,4 +1,4 @@
-//! `phyllo ilp`: send or receive packets through one execution of the integrated data path,
+//! `phyllo-lab ilp`: send or receive packets through one execution of the integrated data path,
 //! for valgrind to count (`phyllo_ilp_op` marks one packet's work) or to time.
 
 use crate::ilp::safer::ToyKey;
@@ -40,7 +40,7 @@ pub enum CipherArg {
     Plain,
 }
 
-/// `phyllo ilp` options.
+/// `phyllo-lab ilp` options.
 #[derive(Args, Debug)]
 pub struct IlpArgs {
     /// Which execution.
@@ -106,7 +106,7 @@ pub fn phyllo_ilp_op(
     }
 }
 
-/// Run `phyllo ilp`.
+/// Run `phyllo-lab ilp`.
 pub fn ilp(args: IlpArgs) -> Result<()> {
     let data = payload(args.size);
     let r = Reply {

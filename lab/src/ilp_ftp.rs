@@ -1,4 +1,4 @@
-//! `phyllo ilp-ftp`: seed 001's application — Braun & Diot's RPC file transfer over the
+//! `phyllo-lab ilp-ftp`: seed 001's application — Braun & Diot's RPC file transfer over the
 //! integrated data path ([`crate::ilp`]), between two threads of one process over UDP
 //! loopback.
 //!
@@ -67,7 +67,7 @@ const END: u32 = 2;
 /// Server message: the request was refused.
 const ERROR: u32 = 3;
 
-/// `phyllo ilp-ftp` options.
+/// `phyllo-lab ilp-ftp` options.
 #[derive(Args, Debug, Clone)]
 pub struct IlpFtpArgs {
     /// The file the client requests (the server opens this local path).
@@ -154,7 +154,7 @@ impl Transfer {
     }
 }
 
-/// Run `phyllo ilp-ftp`: print the summary line; an error unless every copy is the file.
+/// Run `phyllo-lab ilp-ftp`: print the summary line; an error unless every copy is the file.
 pub fn run(args: IlpFtpArgs) -> Result<()> {
     let t = transfer(&args)?;
     println!("{}", t.line());

@@ -4,8 +4,8 @@
 //!
 //! - The report ([`report`]) runs the experiments ([`experiments`]) and writes
 //!   `report/index.{md,html}`, plots and `results.json`.
-//! - Reproductions: seed 000's reference stacks and latency techniques ([`paths`]), seed 001's
-//!   integrated layer processing ([`ilp`], [`ilp_ftp`]), seed 002's livelock model
+//! - Reproductions: Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s reference stacks and latency techniques ([`paths`]), seed 001's
+//!   integrated layer processing ([`ilp`], [`ilp_ftp`]), Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s livelock model
 //!   ([`livelock_model`]) and forwarder on real sockets ([`forward`], [`netns`]).
 //! - Checks of the product under stress: heavy-fault soaks ([`soak`]) and the attack on a live
 //!   session endpoint ([`attack`]).

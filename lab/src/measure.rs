@@ -1,4 +1,4 @@
-//! Measurements shared by `phyllo rtt/stream` and the report's experiments: round trips and
+//! Measurements shared by `phyllo-lab rtt/stream` and the report's experiments: round trips and
 //! one-way streams of a phyllo stack, over the in-memory link (pure processing cost) or UDP
 //! loopback (two threads, each end its own socket and connection).
 
@@ -538,7 +538,7 @@ pub fn median(samples: &[u64]) -> f64 {
 }
 
 /// Instructions per message on the critical path, counted by callgrind: the same loop as
-/// [`critical_path`], run as `phyllo critical-path` by `exe` under
+/// [`critical_path`], run as `phyllo-lab critical-path` by `exe` under
 /// `valgrind --tool=callgrind --toggle-collect=phyllo_cp_send` (and `_deliver`). Instruction
 /// counts do not depend on the machine's load, unlike the ~100 ns wall-clock medians (±20 ns
 /// between runs here). Warm-up rounds count too; every round does the same work.

@@ -1,5 +1,5 @@
 //! Test hosts in Linux network namespaces joined by veth pairs, for the receive-livelock
-//! experiments (seed 002's router between hosts): namespaces and links are created with
+//! experiments (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s router between hosts): namespaces and links are created with
 //! iproute2's `ip` command and removed when dropped.
 //!
 //! A [`Netns`] is one named namespace (`ip netns add`); [`Netns::spawn_in`] and

@@ -1,4 +1,4 @@
-//! `phyllo paths`: seed 000's two reference stacks in its six versions — round trips timed
+//! `phyllo-lab paths`: Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s two reference stacks in its six versions — round trips timed
 //! over memlink or UDP loopback (`rtt`), or run between the analyzer's region markers for
 //! valgrind (`trace`).
 //!
@@ -35,7 +35,7 @@ pub fn stack_arg(kind: StackKind) -> &'static str {
     }
 }
 
-/// `phyllo paths <mode>` of `exe` on `kind` in `version`'s code for `rounds`, as a workload
+/// `phyllo-lab paths <mode>` of `exe` on `kind` in `version`'s code for `rounds`, as a workload
 /// for valgrind (or a process of its own).
 pub fn workload(
     exe: &Path,
@@ -87,7 +87,7 @@ pub fn parse_version(s: &str) -> Result<Version, String> {
         .ok_or_else(|| format!("unknown version {s:?} (STD, OUT, CLO, BAD, PIN, ALL)"))
 }
 
-/// What `phyllo paths` runs.
+/// What `phyllo-lab paths` runs.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Mode {
     /// Time round trips; print mean and standard deviation.
@@ -114,7 +114,7 @@ pub enum LinkArg {
     Direct,
 }
 
-/// Arguments of `phyllo paths`.
+/// Arguments of `phyllo-lab paths`.
 #[derive(Args, Debug)]
 pub struct PathsArgs {
     /// What to do.
@@ -369,7 +369,7 @@ pub fn mean_sd(samples: &[u64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Run `phyllo paths`.
+/// Run `phyllo-lab paths`.
 pub fn main(args: PathsArgs) -> Result<()> {
     phyllo_analyze::roi::probe_exit_if_requested();
     let kind = StackKind::from(args.stack);

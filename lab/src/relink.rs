@@ -1,4 +1,4 @@
-//! Cloning by relinking (seed 000 §3.2): a function order computed from a trace of the round
+//! Cloning by relinking (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §3.2)): a function order computed from a trace of the round
 //! trips, handed to the linker (rust-lld's `--symbol-ordering-file`; rustc puts every function
 //! in its own section), so a version's code is placed as the layout says without a line of it
 //! changing.
@@ -36,8 +36,8 @@ pub fn symbol_order(
     order: Order,
     rounds: usize,
 ) -> Result<Vec<String>> {
-    let exe = std::env::current_exe().context("locating the phyllo binary")?;
-    let image = Image::load(&exe).context("reading the phyllo binary's symbols")?;
+    let exe = std::env::current_exe().context("locating the phyllo-lab binary")?;
+    let image = Image::load(&exe).context("reading the phyllo-lab binary's symbols")?;
     let mut p = session::prepare(workload(&exe, "trace", kind, version, rounds))?;
     let r = session::analyze(
         &mut p,
@@ -79,7 +79,7 @@ pub fn symbol_order(
 
 /// The workspace this binary was built from (relinking rebuilds it with cargo).
 fn workspace() -> Result<PathBuf> {
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     if !ws.join("Cargo.toml").is_file() {
         bail!(
             "relinking needs the phyllo source tree this binary was built from; it is not at {}",
@@ -89,7 +89,7 @@ fn workspace() -> Result<PathBuf> {
     Ok(ws)
 }
 
-/// Link the phyllo binary again with its functions in the order of `symbols`, into `out`.
+/// Link the phyllo-lab binary again with its functions in the order of `symbols`, into `out`.
 /// The build uses a target directory of its own (`target/paths-relink`): the first run
 /// compiles everything once, later ones only link.
 pub fn relink(symbols: &[String], out: &Path) -> Result<()> {
@@ -104,7 +104,14 @@ pub fn relink(symbols: &[String], out: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(&ws)
-        .args(["rustc", "--release", "-p", "phyllo-cli", "--bin", "phyllo"])
+        .args([
+            "rustc",
+            "--release",
+            "-p",
+            "phyllo-lab",
+            "--bin",
+            "phyllo-lab",
+        ])
         .arg("--target-dir")
         .arg(&dir)
         .arg("--")
@@ -121,7 +128,7 @@ pub fn relink(symbols: &[String], out: &Path) -> Result<()> {
             order_file.display()
         );
     }
-    std::fs::copy(dir.join("release/phyllo"), out)
+    std::fs::copy(dir.join("release/phyllo-lab"), out)
         .with_context(|| format!("copying the relinked binary to {}", out.display()))?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Soak: seeded heavy-fault schedules that check a stack delivers everything, exactly once and
 //! in order, and that its retransmissions back off instead of flooding.
 //!
-//! A check of the reliability that seed 004's sliding window (§5) provides, with and without
+//! A check of the reliability that van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)'s sliding window (§5) provides, with and without
 //! the Protocol Accelerator in front of the stack. A [`Schedule`] is a stack spec, whether the
 //! accelerator is on, and a seed. From the seed it draws heavy link faults (loss up to 45 %,
 //! duplication up to 20 %, reordering up to 50 %, corruption up to 8 %) and a set of

@@ -1,4 +1,4 @@
-//! `phyllo workload NAME`: the workloads the architecture analyzer traces.
+//! `phyllo-lab workload NAME`: the workloads the architecture analyzer traces.
 //!
 //! Seed 003 §2.2 drives its TCP/IP stack with a synthetic 10 k-packet trace whose sizes follow
 //! the bimodal distributions of LAN traffic (≈52 % of packets under 200 B) and WAN traffic
@@ -14,7 +14,7 @@
 
 use anyhow::{bail, Result};
 
-/// `phyllo workload` options.
+/// `phyllo-lab workload` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkloadArgs {
     /// lan, wan (protocol stack over a synthetic packet trace) or compute (contrast).

@@ -3,7 +3,7 @@
 //! execute fewer instructions than the layered ones, and together at most 70 % of them — a
 //! regression guard above the 0.60 measured in the test profile (0.54 without the sampled
 //! check against the layered path, whose first 16 checks per direction weigh on these 220
-//! messages: `phyllo critical-path --fast-path-check off`). Seed 004's goal of ⅓
+//! messages: `phyllo-lab critical-path --fast-path-check off`). Seed 004's goal of ⅓
 //! is checked where it is stated, in the release build: `phyllo report`, experiment `accel`,
 //! figure `accel.critical_path_ratio` (0.32).
 //!

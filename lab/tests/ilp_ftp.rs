@@ -1,4 +1,4 @@
-//! `phyllo ilp-ftp` end to end: a 64 MiB file of random bytes by each execution of the
+//! `phyllo-lab ilp-ftp` end to end: a 64 MiB file of random bytes by each execution of the
 //! integrated data path (the summary line says `verified=yes`, and the `--out` file is the
 //! file), two copies of a small file, and the one-line error of a missing file.
 

@@ -29,7 +29,7 @@ pub struct UdpDriver<S: LayerSet = DynStack> {
     /// The pooled buffer the next single receive goes into (the latency case, waiting for
     /// the next datagram: a plain `recvfrom` straight into the buffer the connection then
     /// processes, with no copy; a 64-slot `recvmmsg` costs ~3 µs more per round trip on
-    /// loopback, measured with `phyllo rtt`).
+    /// loopback, measured with `phyllo-lab rtt`).
     rx_msg: Option<Msg>,
     /// Many slots: used while datagrams keep arriving back to back.
     rx: RecvBatch,

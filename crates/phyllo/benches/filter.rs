@@ -1,4 +1,4 @@
-//! Packet filters (seed 004 §3.3 / Table 2): the reference interpreter against the compiled
+//! Packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2): the reference interpreter against the compiled
 //! form, on the send and delivery programs of a window+checksum+frag-like stack, for 8-byte
 //! and 1 KB bodies, plus a digest-free program of field checks that isolates dispatch cost.
 //!

@@ -1,4 +1,4 @@
-//! The Protocol Accelerator (seed 004): compact headers, fast-path hit ratio, correctness
+//! The Protocol Accelerator (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)): compact headers, fast-path hit ratio, correctness
 //! under loss and reordering with the fast path resuming, first-message loss, packing, byte
 //! order, and bad input.
 

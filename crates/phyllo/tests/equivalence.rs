@@ -1,4 +1,4 @@
-//! Equivalence of the layered path and the Protocol Accelerator (seed 004): they must be the
+//! Equivalence of the layered path and the Protocol Accelerator (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)): they must be the
 //! same protocol, for the built-in layers and for layers written outside the crate.
 //!
 //! Two external layers, written as a naive author would (canonical pre/post phases only: no

@@ -2,7 +2,7 @@
 //!
 //! The 64 orderings of one to four of `frag(1400)`, `window(16)`, `checksum` and `seal` (every
 //! permutation of every non-empty subset), each layered and with the Protocol Accelerator
-//! (seed 004), over a perfect memlink: messages of 1, 8, 1000 and 3000 bytes go both ways as
+//! (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)), over a perfect memlink: messages of 1, 8, 1000 and 3000 bytes go both ways as
 //! a ping-pong with an echo (B sends back what it got) and as simultaneous bursts; everything
 //! must arrive once, in order, with its bytes intact, no layer may drop anything, and both
 //! connections must go idle. Every ordering is meaningful (a layer authenticates or checks

@@ -1,6 +1,6 @@
 //! A whole analysis of one workload: probe, decode, trace under lackey, one pass.
 //!
-//! The glue of the analyzer (seed 003's methodology on this host): [`prepare`] loads the
+//! The glue of the analyzer (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003)'s methodology on this host): [`prepare`] loads the
 //! workload's image (and the shared libraries it maps), measures the run-time marker
 //! addresses with a probe run, and decodes all code; [`analyze`] streams a lackey trace of the
 //! workload through an [`Analyzer`] and times the pass.

@@ -10,11 +10,11 @@
 //! The model is an in-order, `issue_width`-wide pipeline with a decoupled front end:
 //! - the front end fetches in program order; an i-cache miss delays it by the L2 latency (or
 //!   the memory latency when L2 misses too); a taken control transfer costs a fixed bubble (as
-//!   seed 000's iCPI simulator does); it runs at most `fetch_queue` instructions ahead of issue,
+//!   Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s iCPI simulator does); it runs at most `fetch_queue` instructions ahead of issue,
 //!   so i-cache misses can overlap data stalls;
 //! - an instruction issues when fetched, when its source registers and flags are ready, and
 //!   when fewer than `issue_width` instructions issued in that cycle; branches are predicted
-//!   perfectly (seed 003 finds its bimodal predictor almost as good as a perfect one), so they
+//!   perfectly (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003) finds its bimodal predictor almost as good as a perfect one), so they
 //!   never wait for their operands; results are ready after
 //!   the instruction's latency, plus for loads the data-access latency (L1 hit latency, or the
 //!   L2/memory latency on a miss: non-blocking, stall on use); stores retire into a write

@@ -1,7 +1,7 @@
 //! `analyze`: the architecture analysis of protocol processing, seed 003 (Xie, Zhao & Bhuyan)
 //! Figures 2-5 and Tables 1-2, with seed 000's CPI, iCPI and mCPI (Mosberger et al. §4.3).
 //!
-//! Both workloads of `phyllo workload` run under valgrind lackey; the trace of the marked
+//! Both workloads of `phyllo-lab workload` run under valgrind lackey; the trace of the marked
 //! region streams through phyllo-analyze in one pass per workload, simulating every cache
 //! geometry of Figure 3, the timing model at every issue width and i-cache geometry (Figures
 //! 2 and 4), the instruction mix and dependent pairs (Figure 2, Table 1) and the fusion

@@ -2,7 +2,7 @@
 //! — outlining (OUT), cloning with a bipartite layout (CLO, and the deliberately bad BAD),
 //! path-inlining (PIN) and all of them (ALL) against the standard dynamic stack (STD).
 //!
-//! - Instructions per round trip, counted by callgrind over `phyllo paths trace` (measured,
+//! - Instructions per round trip, counted by callgrind over `phyllo-lab paths trace` (measured,
 //!   deterministic): a layout moves code, it does not change what runs, so CLO and BAD count
 //!   as OUT and ALL as PIN.
 //! - Table 2: round-trip time per version over memlink and UDP loopback (measured).
@@ -604,7 +604,7 @@ fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
     }
     sec.tables.push(t5);
     sec.text.push(format!(
-        "Tables 4 and 5 are modelled: {rounds} round trips of `phyllo paths trace` (both ends, \
+        "Tables 4 and 5 are modelled: {rounds} round trips of `phyllo-lab paths trace` (both ends, \
          datagrams handed over directly) traced by valgrind lackey and run through \
          phyllo-analyze under each memory model. CLO, BAD and ALL are virtual layouts of OUT's \
          and PIN's traces (functions re-placed, no relinking): bipartite (library functions, \
@@ -616,7 +616,7 @@ fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
     ));
 }
 
-/// One `phyllo paths rtt --link direct` run of `exe`: mean ns per round trip.
+/// One `phyllo-lab paths rtt --link direct` run of `exe`: mean ns per round trip.
 fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Result<f64> {
     let w = workload(exe, "rtt", kind, v, rounds);
     let out = std::process::Command::new(&w.program)
@@ -640,7 +640,7 @@ fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize)
 
 /// Seed Table 4's T_p, measured: protocol processing per round trip (both ends, datagrams
 /// handed over directly), each version in a process of its own, runs interleaved. CLO and ALL
-/// are binaries relinked in the bipartite order (`phyllo paths relink`), in the full run only:
+/// are binaries relinked in the bipartite order (`phyllo-lab paths relink`), in the full run only:
 /// the first relink compiles the workspace once more.
 fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
     let Some(exe) = super::phyllo_exe() else {

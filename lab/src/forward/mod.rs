@@ -1,4 +1,4 @@
-//! A forwarder — seed 002's router (§6) — between UDP sockets, run either on the receive
+//! A forwarder — Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s router (§6) — between UDP sockets, run either on the receive
 //! [`engine`](phyllo_net::receive) or as 4.2BSD's interrupt-driven structure with real threads and
 //! real priorities; with an optional user-level stage (`screend` or a passive monitor,
 //! `stage`); and the load that measures it ([`trial`](mod@trial): a paced generator, a sink, hosts on

@@ -1,4 +1,4 @@
-//! The user-level stage of seed 002 (§6.6): a process fed by a bounded queue, running as an
+//! The user-level stage of Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002) (§6.6): a process fed by a bounded queue, running as an
 //! ordinary-priority thread beside the forwarder on its core — `screend`, which screens each
 //! packet and hands it back to be forwarded (§6.6.1), or a passive monitor that keeps the first
 //! 68 bytes of each packet (§6.6's `tcpdump`).

@@ -1,5 +1,5 @@
 //! Load for the forwarder: the paced generator, a counting sink, an optional compute-bound user
-//! thread (seed 002's Fig. 10), and one measured run of them — with the hosts on loopback
+//! thread (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s Fig. 10), and one measured run of them — with the hosts on loopback
 //! ports or each in a network namespace of its own joined to the forwarder's by a veth pair
 //! ([`Testbed`]).
 //!

@@ -1,4 +1,4 @@
-//! The path classifier (seed 000 §3.4 and §4.1, after Scout): path-inlined code is compiled for
+//! The path classifier (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §3.4) and §4.1, after Scout): path-inlined code is compiled for
 //! an *assumed* path, so an incoming datagram may take it only once the classifier has
 //! established that the datagram follows that path; anything else goes to the general,
 //! layered code.

@@ -1,4 +1,4 @@
-//! The tall latency stack's small layers (seed 000 Fig. 1, right: an x-kernel RPC stack of many
+//! The tall latency stack's small layers (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1, right: an x-kernel RPC stack of many
 //! small protocols, after Sprite RPC): `xrpctest` (the request/reply test driver's header),
 //! `mselect` (procedure select), `vchan` (virtual channel), `bid` (boot id) and `vnet`
 //! (addressing). With `chan` (the window layer as a one-message channel: each call waits for

@@ -1,4 +1,4 @@
-//! The short latency stack's addressing layer, `ip` (seed 000 Fig. 1: IP and VNET): source
+//! The short latency stack's addressing layer, `ip` (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1: IP and VNET): source
 //! and destination addresses, protocol and time to live, and a routing table that chooses the
 //! interface to the peer by longest prefix — once, since a connection's peer is fixed.
 //!

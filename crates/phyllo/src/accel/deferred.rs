@@ -1,4 +1,4 @@
-//! Deferred post-processing (seed 004 §3.1, canonical protocol processing): the post-phases
+//! Deferred post-processing (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.1), canonical protocol processing): the post-phases
 //! of a fast-path send or delivery run after the message is on the network or with the
 //! application, and before the next operation on the connection.
 //!

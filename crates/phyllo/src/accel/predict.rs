@@ -1,4 +1,4 @@
-//! Header prediction (seed 004 §3.2): the protocol-specific (and, for sending, gossip) header
+//! Header prediction (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.2)): the protocol-specific (and, for sending, gossip) header
 //! of the next message, computed by the layers' post-phases ahead of time.
 //!
 //! Each connection keeps a predicted header area for the next send and one for the next
@@ -106,7 +106,7 @@ pub const CHECK_FIRST: u32 = 16;
 ///
 /// Only the direction that missed: a reliable sender delivers every pure acknowledgement on
 /// the layered path, so counting a delivery miss against the sends too checked half of the
-/// sends of a bulk stream (`phyllo stream --stack 'window(16):checksum' --size 1000`: 50 008
+/// sends of a bulk stream (`phyllo-lab stream --stack 'window(16):checksum' --size 1000`: 50 008
 /// of 100 000); the periodic check covers what deliveries change in the send state.
 pub const CHECK_AFTER_MISS: u32 = 4;
 
@@ -114,7 +114,7 @@ pub const CHECK_AFTER_MISS: u32 = 4;
 /// checked (by a counter). A check costs about a layered pass: on `window(16):checksum` with
 /// 8-byte messages, ~1 150 instructions for a send (a copy of the body, every pre-send, a
 /// compare) and ~570 for a delivery, against ~455 for either on the fast path. Counted by
-/// callgrind on `phyllo critical-path` (two sends and two deliveries per round trip), the
+/// callgrind on `phyllo-lab critical-path` (two sends and two deliveries per round trip), the
 /// sampled checks against none cost 3.0 % of the round trip at 64, 1.6 % at 128 and 0.9 % at
 /// 256; 128 is the smallest power of two under 2 %. A layer that keeps mispredicting is
 /// caught within 128 operations; one that lies rarely may not be (see the module docs).

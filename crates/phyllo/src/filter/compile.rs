@@ -1,4 +1,4 @@
-//! The compiled form of a packet filter (seed 004 §3.3: "In case fields are conveniently
+//! The compiled form of a packet filter (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3): "In case fields are conveniently
 //! aligned, the packet filter is optimized automatically using some customized instructions
 //! ... we intend to adopt [compilation into machine code] eventually").
 //!

@@ -1,4 +1,4 @@
-//! The reference interpreter for packet filters (seed 004 §3.3 / Table 2: "Packet filter
+//! The reference interpreter for packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2: "Packet filter
 //! programs are currently interpreted").
 //!
 //! A plain match loop over the verified ops, with a fixed array as the stack. It is written

@@ -1,4 +1,4 @@
-//! The verifier (seed 004 §3.3: "There are no loop or function constructs, so a packet filter
+//! The verifier (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3): "There are no loop or function constructs, so a packet filter
 //! program can be checked in advance, and the necessary size for the stack can be
 //! calculated").
 //!

@@ -2,7 +2,7 @@
 //! post-processing of the previous message, and only what depends on the message stays on the
 //! critical path.
 //!
-//! This is seed 004's header prediction (§3.2) applied to the cipher. `seal`'s nonce is a
+//! This is van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)'s header prediction (§3.2) applied to the cipher. `seal`'s nonce is a
 //! counter, so the next message's nonce is known as soon as the last one is sent (or, for a
 //! receiver, accepted). In GCM (NIST SP 800-38D) the ciphertext is the plaintext XOR
 //! AES(K, counter blocks) and the tag is GHASH(AD, ciphertext) XOR AES(K, J0): the counter

@@ -1,6 +1,6 @@
 //! `window`: a sliding-window protocol — reliable, FIFO, exactly-once delivery.
 //!
-//! The basic sliding window of seed 004 §5 (window of 16 messages by default), in canonical
+//! The basic sliding window of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §5) (window of 16 messages by default), in canonical
 //! form. Fields: `kind` (data or ack) and `seq` are protocol-specific (they depend only on
 //! state, so the next ones are predictable); `ack`, the cumulative acknowledgement (the next
 //! sequence number expected from the peer), is gossip, piggybacked on every data message.

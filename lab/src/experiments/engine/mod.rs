@@ -1,4 +1,4 @@
-//! `engine`: the receive engine against receive livelock (seed 002), in the deterministic
+//! `engine`: the receive engine against receive livelock (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)), in the deterministic
 //! discrete-event model of a forwarding host (`crate::livelock_model`), which runs the same
 //! `Poller` as the real engine. Costs are the seed's order of magnitude (`Costs::seed`: about
 //! 200 µs of CPU per forwarded packet), so the figures read beside the seed's:
