@@ -400,7 +400,9 @@ pub fn main(args: PathsArgs) -> Result<()> {
             let Some(out) = &args.out else {
                 bail!("relink needs --out FILE");
             };
-            let names = crate::relink::symbol_order(kind, args.version, args.order, 200)?;
+            let exe = std::env::current_exe().context("locating the phyllo-lab binary")?;
+            let trace = workload(&exe, "trace", kind, args.version, 200);
+            let names = crate::relink::symbol_order(trace, args.order, 200)?;
             crate::relink::relink(&names, out)?;
             println!(
                 "paths relink {} {} {:?}: {} functions ordered -> {}",

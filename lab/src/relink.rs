@@ -10,10 +10,9 @@
 //! bipartite layout (which also keeps path functions out of the library's cache sets); the
 //! deliberately conflicting BAD layout needs gaps and stays modelled.
 
-use crate::paths::{StackKind, Version};
-use crate::paths_cmd::workload;
 use anyhow::{bail, Context, Result};
 use phyllo_analyze::analysis::Setup;
+use phyllo_analyze::capture::Workload;
 use phyllo_analyze::image::Image;
 use phyllo_analyze::session;
 use std::path::{Path, PathBuf};
@@ -28,17 +27,13 @@ pub enum Order {
     Linear,
 }
 
-/// The mangled names of this executable's functions that `rounds` round trips of `kind` in
-/// `version`'s code run, in `order` (traced under valgrind lackey).
-pub fn symbol_order(
-    kind: StackKind,
-    version: Version,
-    order: Order,
-    rounds: usize,
-) -> Result<Vec<String>> {
-    let exe = std::env::current_exe().context("locating the phyllo-lab binary")?;
-    let image = Image::load(&exe).context("reading the phyllo-lab binary's symbols")?;
-    let mut p = session::prepare(workload(&exe, "trace", kind, version, rounds))?;
+/// The mangled names of the functions of `workload`'s program that it runs (traced under
+/// valgrind lackey; `rounds` round trips of a reference stack, `phyllo-lab paths trace`), in
+/// `order`.
+pub fn symbol_order(workload: Workload, order: Order, rounds: usize) -> Result<Vec<String>> {
+    let image =
+        Image::load(&workload.program).context("reading the phyllo-lab binary's symbols")?;
+    let mut p = session::prepare(workload)?;
     let r = session::analyze(
         &mut p,
         Setup {

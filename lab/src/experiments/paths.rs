@@ -677,8 +677,11 @@ fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
         if relinked {
             for (v, code) in [(Version::Clo, Version::Out), (Version::All, Version::Pin)] {
                 let out = dir.join(format!("phyllo-{}-{}", kind.spec().len(), v.name()));
-                let names =
-                    crate::relink::symbol_order(kind, code, crate::relink::Order::Bipartite, 200)?;
+                let names = crate::relink::symbol_order(
+                    crate::paths_cmd::workload(&exe, "trace", kind, code, 200),
+                    crate::relink::Order::Bipartite,
+                    200,
+                )?;
                 crate::relink::relink(&names, &out)?;
                 row.push((v, out, Vec::new()));
             }
