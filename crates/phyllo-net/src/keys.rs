@@ -4,7 +4,7 @@
 //!
 //! Every key is 64 hexadecimal digits (32 bytes) on a line of its own.
 
-use crate::NetError;
+use crate::error::NetError;
 use phyllo::session::{parse_key_hex, KeyParseError, PublicKey, StaticKey};
 use std::io::Write;
 use std::path::{Path, PathBuf};

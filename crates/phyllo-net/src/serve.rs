@@ -4,7 +4,8 @@
 //! the application in the same turn (process to completion), timers run between turns.
 
 use crate::receive::{Engine, Served};
-use crate::{NetError, SessionSocket};
+use crate::error::NetError;
+use crate::socket::SessionSocket;
 use phyllo::poller::{PollConfig, SourceId};
 use std::collections::HashMap;
 use std::io;

@@ -1,6 +1,6 @@
 //! [`SessionSocket`]: a session endpoint on a UDP socket.
 
-use crate::NetError;
+use crate::error::NetError;
 use phyllo::session::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::{Connection, Time};
