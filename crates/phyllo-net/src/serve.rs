@@ -3,8 +3,8 @@
 //! buffers at a time round-robin with the output, each buffer taken through its session and
 //! the application in the same turn (process to completion), timers run between turns.
 
-use crate::receive::{Engine, Served};
 use crate::error::NetError;
+use crate::receive::{Engine, Served};
 use crate::socket::SessionSocket;
 use phyllo::poller::{PollConfig, SourceId};
 use std::collections::HashMap;

@@ -16,4 +16,5 @@
 #![warn(missing_docs)]
 
 pub mod offload;
+mod sys;
 pub mod udp;
