@@ -9,7 +9,9 @@
 //! - `phyllo-net` (this crate), the runtime: a [`SessionSocket`] holds an endpoint on a UDP
 //!   socket, moves datagrams between the two, maps the monotonic clock onto protocol time and
 //!   runs the endpoint's timers — what a program embeds to run sessions; and [`keys`], the
-//!   key files the endpoint's static keys live in.
+//!   key files the endpoint's static keys live in. With the feature `tokio`,
+//!   `phyllo_net::tokio` runs an endpoint as a task on a tokio runtime, with connections that
+//!   tasks `send` to and `recv` from (quinn's `Endpoint` and `Connection`, for sessions).
 //! - `phyllo-udp`, the sockets: batched `sendmmsg`/`recvmmsg`, segmentation offload, the
 //!   receive engine.
 //!
@@ -37,7 +39,8 @@
 //! # }
 //! ```
 //!
-//! The examples `echo_server` and `echo_client` are a whole server and client.
+//! The examples `echo_server` and `echo_client` are a whole server and client;
+//! `echo_server_tokio` and `echo_client_tokio` are the same on tokio.
 
 #![warn(missing_docs)]
 
@@ -47,6 +50,8 @@ pub mod keys;
 pub mod receive;
 mod serve;
 mod socket;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 pub use error::NetError;
 pub use phyllo::session::endpoint::DEFAULT_STACK;

@@ -183,8 +183,9 @@ impl Default for SessionConfig {
     }
 }
 
-/// Builds a session's connection from its configuration (keys and role filled in).
-pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError>>;
+/// Builds a session's connection from its configuration (keys and role filled in). `Send`, so
+/// that an endpoint over a `Send` stack may move to another thread (an async runtime's task).
+pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError> + Send>;
 
 /// The stack a [`SessionEndpoint::builder`] gives its sessions unless told otherwise:
 /// fragmentation, a reliable window of 64, authenticated encryption.
