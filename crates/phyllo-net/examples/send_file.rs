@@ -54,9 +54,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     loop {
         message.clear();
         message.push(b'D');
-        message.resize(1 + CHUNK, 0);
-        let n = read_full(&mut file, &mut message[1..])?;
-        message.truncate(1 + n);
+        let n = (&mut file).take(CHUNK as u64).read_to_end(&mut message)?;
         if n == 0 {
             break;
         }
@@ -137,16 +135,4 @@ fn check_events(socket: &mut SessionSocket) -> Result<(), Box<dyn Error>> {
         }
     }
     Ok(())
-}
-
-/// Read until `buf` is full or the file ends.
-fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
 }

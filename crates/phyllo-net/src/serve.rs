@@ -4,7 +4,7 @@
 //! the application in the same turn (process to completion), timers run between turns.
 
 use crate::error::NetError;
-use crate::receive::{Engine, Served};
+use crate::receive::{Ctl, Engine, Served};
 use crate::socket::SessionSocket;
 use phyllo::poller::{PollConfig, SourceId};
 use std::collections::HashMap;
@@ -35,24 +35,12 @@ impl Default for EngineConfig {
     }
 }
 
-/// The application's callback failed: carried out of the engine's loop as this.
-#[derive(Debug)]
-struct AppFailed;
-
-impl std::fmt::Display for AppFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the application failed")
-    }
-}
-
-impl std::error::Error for AppFailed {}
-
 impl SessionSocket {
     /// Serve on the receive engine until `stop` is set (it is read between turns, at least
     /// every 50 ms) or `round` breaks. `round` is the application: it runs after every
     /// receive turn to take what the endpoint delivered and queue answers, which the engine's
-    /// transmit source then sends; [`ControlFlow::Break`] ends serving after this turn. Established peers' dedicated sockets
-    /// ([`bind_dedicating`](Self::bind_dedicating)) are registered as they open and removed
+    /// transmit source then sends; [`ControlFlow::Break`] ends serving after this turn.
+    /// Established peers' dedicated sockets ([`bind_dedicating`](Self::bind_dedicating)) are registered as they open and removed
     /// as they close; the listening socket gets a quarter of the quota per turn and at most
     /// `cfg.listen_share` of the CPU, so a flood on it leaves established peers served.
     pub fn serve_on_engine<F>(
@@ -84,7 +72,6 @@ impl SessionSocket {
         let tx = engine.add_transmit();
         // Dedicated sockets: engine source -> the socket's index, and back.
         let mut own: HashMap<SourceId, usize> = HashMap::new();
-        let mut failed: Option<Box<dyn std::error::Error + Send + Sync>> = None;
         let mut done = false;
         while !done && !stop.load(Ordering::Relaxed) {
             self.timers()?;
@@ -105,50 +92,49 @@ impl SessionSocket {
                 t.min(Duration::from_millis(50))
             });
             let deadline = Instant::now() + wait;
-            let r = engine.run_until(Some(deadline), |ctl, s, quota| {
-                if s == rx || own.contains_key(&s) {
-                    let got = match own.get(&s) {
-                        Some(&i) => self.receive_dedicated(i, quota),
-                        None => self.receive_some(quota),
-                    }
-                    .map_err(io::Error::other)?;
-                    match round(self) {
-                        Ok(ControlFlow::Continue(())) => {}
-                        Ok(ControlFlow::Break(())) => {
-                            done = true;
-                            ctl.stop();
-                        }
-                        Err(e) => {
-                            failed = Some(e);
-                            return Err(io::Error::other(AppFailed));
-                        }
-                    }
-                    ctl.wake(tx);
-                    // Back to the loop for a new dedicated socket (register it before its
-                    // peer's next datagram) or a timer this turn set earlier than the
-                    // deadline (an acknowledgement, a retransmission).
-                    let timer_first = self
-                        .next_timer()
-                        .is_some_and(|t| Instant::now() + t < deadline);
-                    if timer_first || (s == rx && self.has_opened()) {
-                        ctl.stop();
-                    }
-                    Ok(Served {
-                        handled: got,
-                        drained: got < quota,
-                    })
-                } else {
-                    self.flush().map_err(io::Error::other)?;
-                    Ok(Served {
+            // A source's turn; its error (the sockets', the application's) stops serving.
+            let mut turn = |ctl: &mut Ctl<'_>, s, quota| -> Result<Served, NetError> {
+                if s != rx && !own.contains_key(&s) {
+                    self.flush()?;
+                    return Ok(Served {
                         handled: 1,
                         drained: true,
-                    })
+                    });
                 }
+                let got = match own.get(&s) {
+                    Some(&i) => self.receive_dedicated(i, quota)?,
+                    None => self.receive_some(quota)?,
+                };
+                if round(self).map_err(NetError::App)?.is_break() {
+                    done = true;
+                    ctl.stop();
+                }
+                ctl.wake(tx);
+                // Back to the loop for a new dedicated socket (register it before its peer's
+                // next datagram) or a timer this turn set earlier than the deadline (an
+                // acknowledgement, a retransmission).
+                let timer_first = self
+                    .next_timer()
+                    .is_some_and(|t| Instant::now() + t < deadline);
+                if timer_first || (s == rx && self.has_opened()) {
+                    ctl.stop();
+                }
+                Ok(Served {
+                    handled: got,
+                    drained: got < quota,
+                })
+            };
+            let mut failed = None;
+            let r = engine.run_until(Some(deadline), |ctl, s, quota| {
+                turn(ctl, s, quota).map_err(|e| {
+                    failed = Some(e);
+                    io::Error::other("a source's turn failed")
+                })
             });
-            if let Some(e) = failed.take() {
-                return Err(NetError::App(e));
+            if let Some(e) = failed {
+                return Err(e);
             }
-            r.map_err(NetError::Receive)?;
+            r.map_err(NetError::Engine)?;
         }
         Ok(())
     }

@@ -70,7 +70,7 @@ fn check_stack(stack: &str) -> Result<(), NetError> {
 }
 
 /// Put `peer` on `list` unless it is there.
-fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
+pub(crate) fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
     if !list.contains(&peer) {
         list.push(peer);
     }

@@ -53,7 +53,8 @@
 //! The driver moves one datagram per system call through tokio's socket;
 //! [`SessionSocket`](crate::SessionSocket) is the batched, segmentation-offloading path.
 
-use crate::NetError;
+use crate::error::NetError;
+use crate::socket::push_once;
 use ::tokio::net::UdpSocket;
 use ::tokio::sync::{mpsc, oneshot, Notify};
 use ::tokio::time::Instant;
@@ -634,13 +635,6 @@ struct Driver<S: LayerSet> {
     /// The datagram the socket would not take yet (`tx_to` is where it goes).
     tx: Vec<u8>,
     tx_to: Option<SocketAddr>,
-}
-
-/// Put `peer` on `list` unless it is there.
-fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
-    if !list.contains(&peer) {
-        list.push(peer);
-    }
 }
 
 /// Receive errors that say something about one datagram or one peer, not the socket.

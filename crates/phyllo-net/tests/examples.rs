@@ -4,55 +4,13 @@
 use phyllo::session::StaticKey;
 use phyllo_net::keys;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// An example's binary: cargo puts them in `examples/` beside the `deps/` directory this test
-/// runs from.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo test -p phyllo-net` (which builds the examples)",
-        path.display()
-    );
-    path
-}
-
-/// A process killed when dropped, so a failing test leaves no server behind.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The output of `child` once it exits; panics (killing it) if that takes longer than `limit`.
-fn output_within(child: Child, limit: Duration) -> Output {
-    let mut child = Killed(child);
-    let until = Instant::now() + limit;
-    while child.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < until, "still running after {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // It has exited (dropping `child` kills nothing): its output, which fits in the pipes.
-    let c = &mut child.0;
-    Output {
-        status: c.wait().unwrap(),
-        stdout: std::io::read_to_string(c.stdout.take().unwrap())
-            .unwrap()
-            .into_bytes(),
-        stderr: std::io::read_to_string(c.stderr.take().unwrap())
-            .unwrap()
-            .into_bytes(),
-    }
-}
+mod common;
+use common::{example, output_within, Killed};
 
 /// Run the client against `addr` with the server's public key and the client key `key`.
 fn client(addr: &str, server_key: &str, key: &Path, count: u32) -> Output {

@@ -8,53 +8,12 @@ use phyllo_net::keys;
 use phyllo_net::tokio::{Config, ConnectError, ConnectionError, Endpoint};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// An example's binary: cargo puts them in `examples/` beside the `deps/` directory this test
-/// runs from.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo test -p phyllo-net` (which builds the examples)",
-        path.display()
-    );
-    path
-}
-
-/// A process killed when dropped, so a failing test leaves no server behind.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The output of `child` once it exits; panics (killing it) if that takes longer than `limit`.
-fn output_within(child: Child, limit: Duration) -> Output {
-    let mut child = Killed(child);
-    let until = Instant::now() + limit;
-    while child.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < until, "still running after {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let c = &mut child.0;
-    Output {
-        status: c.wait().unwrap(),
-        stdout: std::io::read_to_string(c.stdout.take().unwrap())
-            .unwrap()
-            .into_bytes(),
-        stderr: std::io::read_to_string(c.stderr.take().unwrap())
-            .unwrap()
-            .into_bytes(),
-    }
-}
+mod common;
+use common::{example, output_within, Killed};
 
 /// A directory of this test's own, with a client key pair in it.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {

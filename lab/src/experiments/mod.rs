@@ -35,8 +35,9 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
     ]
 }
 
-/// This program, if it is the `phyllo` executable (experiments that start `phyllo serve` or
-/// `phyllo connect` as child processes need it; under `cargo test` it is a test binary).
+/// This program, if it is the `phyllo-lab` executable (experiments that start its `serve` or
+/// `connect` — the product's own commands — as child processes need it; under `cargo test`
+/// it is a test binary).
 fn phyllo_exe() -> Option<std::path::PathBuf> {
     std::env::current_exe()
         .ok()
