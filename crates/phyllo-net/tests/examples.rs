@@ -4,79 +4,28 @@
 use phyllo::session::StaticKey;
 use phyllo_net::keys;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{example, output_within, Killed};
-
-/// Run the client against `addr` with the server's public key and the client key `key`.
-fn client(addr: &str, server_key: &str, key: &Path, count: u32) -> Output {
-    let child = Command::new(example("echo_client"))
-        .args([
-            addr,
-            "--server-key",
-            server_key,
-            "--count",
-            &count.to_string(),
-        ])
-        .arg("--key")
-        .arg(key)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    output_within(child, Duration::from_secs(30))
-}
+use common::{client, example, output_within, scratch, server, Killed};
 
 #[test]
 fn the_echo_client_gets_its_echoes_from_the_echo_server() {
-    let dir = std::env::temp_dir().join(format!("phyllo-net-examples-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let client_key = dir.join("client.key");
-    keys::write_pair(&client_key, &StaticKey::generate().unwrap()).unwrap();
-    let server_key = dir.join("server.key");
-    let _ = std::fs::remove_file(&server_key);
-
+    let (dir, client_key) = scratch("examples");
     // The server writes its key pair and prints where it listens on its first line.
-    let mut server = Killed(
-        Command::new(example("echo_server"))
-            .args(["--listen", "127.0.0.1:0", "--allow"])
-            .arg(keys::public_path(&client_key))
-            .arg("--key")
-            .arg(&server_key)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = server.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server printed no address");
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let (addr, public) = match words[..] {
-        ["listening", "on", addr, "public", "key", public] => (addr, public),
-        _ => panic!("unexpected first line from the server: {line:?}"),
-    };
-    assert_eq!(
-        keys::read_public(keys::public_path(&server_key).to_str().unwrap())
-            .unwrap()
-            .to_string(),
-        public
-    );
+    let (server, addr, public) = server("echo_server", &dir, &client_key);
+    let (addr, public) = (addr.as_str(), public.as_str());
 
     // The server's public key as a file, and as hexadecimal digits.
-    let server_pub = keys::public_path(&server_key);
-    let o = client(addr, server_pub.to_str().unwrap(), &client_key, 20);
+    let server_pub = keys::public_path(&dir.join("server.key"));
+    let o = client(
+        "echo_client",
+        addr,
+        server_pub.to_str().unwrap(),
+        &client_key,
+        20,
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -84,12 +33,12 @@ fn the_echo_client_gets_its_echoes_from_the_echo_server() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout.starts_with("20 echoes from 127.0.0.1:"), "{stdout}");
-    let o = client(addr, public, &client_key, 3);
+    let o = client("echo_client", addr, public, &client_key, 3);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // A key the server does not allow gets no session: the client fails, it does not hang.
     let stranger = dir.join("stranger.key");
-    let o = client(addr, public, &stranger, 1);
+    let o = client("echo_client", addr, public, &stranger, 1);
     assert!(!o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("no session"), "{stderr}");

@@ -1,8 +1,13 @@
 //! What the tests that run the examples as processes share: finding an example's binary,
-//! killing a child that outlives its test, and a child's output within a time limit.
+//! killing a child that outlives its test, a child's output within a time limit, and an echo
+//! server example and client example started with fresh keys.
 
-use std::path::PathBuf;
-use std::process::{Child, Output};
+use phyllo::session::StaticKey;
+use phyllo_net::keys;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// An example's binary: cargo puts them in `examples/` beside the `deps/` directory this test
@@ -48,4 +53,73 @@ pub fn output_within(child: Child, limit: Duration) -> Output {
             .unwrap()
             .into_bytes(),
     }
+}
+
+/// A directory of this test's own, with a client key pair in it.
+pub fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("phyllo-net-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client_key = dir.join("client.key");
+    keys::write_pair(&client_key, &StaticKey::generate().unwrap()).unwrap();
+    (dir, client_key)
+}
+
+/// Start the server example `name` allowing `client_key`, with a new key in `dir`; the
+/// process, its address and its public key, from its first line.
+pub fn server(name: &str, dir: &Path, client_key: &Path) -> (Killed, String, String) {
+    let server_key = dir.join("server.key");
+    let _ = std::fs::remove_file(&server_key);
+    let mut server = Killed(
+        Command::new(example(name))
+            .args(["--listen", "127.0.0.1:0", "--allow"])
+            .arg(keys::public_path(client_key))
+            .arg("--key")
+            .arg(&server_key)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = server.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{name} printed no address"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (addr, public) = match words[..] {
+        ["listening", "on", addr, "public", "key", public] => (addr, public),
+        _ => panic!("unexpected first line from {name}: {line:?}"),
+    };
+    assert_eq!(
+        keys::read_public(keys::public_path(&server_key).to_str().unwrap())
+            .unwrap()
+            .to_string(),
+        public
+    );
+    (server, addr.to_string(), public.to_string())
+}
+
+/// Run the client example `name` against `addr` with the server's public key and the client
+/// key `key`.
+pub fn client(name: &str, addr: &str, server_key: &str, key: &Path, count: u32) -> Output {
+    let child = Command::new(example(name))
+        .args([
+            addr,
+            "--server-key",
+            server_key,
+            "--count",
+            &count.to_string(),
+        ])
+        .arg("--key")
+        .arg(key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    output_within(child, Duration::from_secs(30))
 }
