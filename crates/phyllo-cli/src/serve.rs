@@ -51,7 +51,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_engine: bool,
     /// The receive engine's quota: receive buffers taken off the socket per turn.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = EngineConfig::default().quota as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub quota: u64,
     /// The most of each 10 ms the listening socket may take on the receive engine, in (0, 1]:
     /// under a flood of strangers' datagrams it waits out the rest of the period (the kernel
@@ -59,7 +60,7 @@ pub struct ServeArgs {
     /// CPU it leaves goes to them and to other processes. The default, 5 %, holds 200
     /// handshakes per second with room to spare; raise it when many peers beyond the
     /// dedicated sockets share the listening socket.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = EngineConfig::default().listen_share)]
     pub listen_share: f64,
 }
 
