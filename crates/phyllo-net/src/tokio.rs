@@ -283,39 +283,31 @@ impl Drop for Handle {
 
 impl Handle {
     async fn send(&self, message: &[u8]) -> Result<(), SendError> {
-        if let Some(end) = self.shared.end() {
-            return Err(end.send_error());
-        }
-        let (reply, answer) = oneshot::channel();
-        self.cmd
-            .send(Command::Send {
-                conn: self.key,
-                data: message.to_vec(),
-                reply,
-            })
-            .map_err(|_| SendError::Stopped)?;
-        self.answer(answer).await
+        self.request(|reply| Command::Send {
+            conn: self.key,
+            data: message.to_vec(),
+            reply,
+        })
+        .await
     }
 
     async fn quiet(&self) -> Result<(), SendError> {
+        self.request(|reply| Command::Quiet {
+            conn: self.key,
+            reply,
+        })
+        .await
+    }
+
+    /// Ask the driver (unless the connection is over) and wait for its answer.
+    async fn request(&self, command: impl FnOnce(SendReply) -> Command) -> Result<(), SendError> {
         if let Some(end) = self.shared.end() {
             return Err(end.send_error());
         }
         let (reply, answer) = oneshot::channel();
         self.cmd
-            .send(Command::Quiet {
-                conn: self.key,
-                reply,
-            })
+            .send(command(reply))
             .map_err(|_| SendError::Stopped)?;
-        self.answer(answer).await
-    }
-
-    /// The driver's answer to a send or a wait.
-    async fn answer(
-        &self,
-        answer: oneshot::Receiver<Result<(), SendError>>,
-    ) -> Result<(), SendError> {
         match answer.await {
             Ok(Ok(())) => Ok(()),
             // The driver knows the connection is over; the handle knows why.
