@@ -1,6 +1,6 @@
 //! The input path of a connection: arbitrary datagrams (and timer firings) into the 4-layer
-//! stack (layered and accelerated) and a fragmenting unprotected stack. Nothing may panic; the sealed stack may never
-//! deliver anything.
+//! stack (layered and accelerated) and a fragmenting unprotected stack. Nothing may panic; the
+//! sealed stack may never deliver anything.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,7 @@
 //! `phyllo-lab analyze`: trace any phyllo workload under valgrind lackey and run the architecture
-//! analyzer (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003)'s figures, seed 000's CPI/iCPI/mCPI) with your own cache geometry.
+//! analyzer (seed 003's figures, seed 000's CPI/iCPI/mCPI) with your own cache geometry. (Seed 003
+//! is Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of
+//! Network Protocol Processors".)
 
 use std::fmt::Write as _;
 

@@ -1,5 +1,6 @@
-//! A deterministic discrete-event model of Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s two designs on one CPU, for loads beyond
-//! what a generator can offer and for checks fast enough for `cargo test`.
+//! A deterministic discrete-event model of seed 002's two designs on one CPU, for loads beyond what
+//! a generator can offer and for checks fast enough for `cargo test`. (Seed 002 is Mogul and
+//! Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel".)
 //!
 //! The host forwards packets (the seed's router, §6): an interface ring receives them, the CPU
 //! takes each through link-level and IP processing to the transmitter, optionally by way of a

@@ -1,6 +1,7 @@
 //! Test hosts in Linux network namespaces joined by veth pairs, for the receive-livelock
-//! experiments (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s router between hosts): namespaces and links are created with
-//! iproute2's `ip` command and removed when dropped.
+//! experiments (seed 002's router between hosts): namespaces and links are created with iproute2's
+//! `ip` command and removed when dropped. (Seed 002 is Mogul and Ramakrishnan, "Eliminating Receive
+//! Livelock in an Interrupt-Driven Kernel".)
 //!
 //! A [`Netns`] is one named namespace (`ip netns add`); [`Netns::spawn_in`] and
 //! [`Netns::in_ns`] run code on a thread that has entered it with `setns`. A socket belongs

@@ -1,6 +1,7 @@
-//! `phyllo-lab paths`: Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s two reference stacks in its six versions — round trips timed
-//! over memlink or UDP loopback (`rtt`), or run between the analyzer's region markers for
-//! valgrind (`trace`).
+//! `phyllo-lab paths`: seed 000's two reference stacks in its six versions — round trips timed over
+//! memlink or UDP loopback (`rtt`), or run between the analyzer's region markers for valgrind
+//! (`trace`). (Seed 000 is Mosberger et al., "Analysis of Techniques to Improve Protocol Processing
+//! Latency".)
 //!
 //! STD, OUT and PIN are code in this binary ([`crate::paths`]); CLO, BAD and ALL run OUT's
 //! and PIN's code, their function layouts being a matter of placement: the report simulates

@@ -1,7 +1,7 @@
-//! Cloning by relinking (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §3.2)): a function order computed from a trace of the round
-//! trips, handed to the linker (rust-lld's `--symbol-ordering-file`; rustc puts every function
-//! in its own section), so a version's code is placed as the layout says without a line of it
-//! changing.
+//! Cloning by relinking (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing
+//! Latency" (seed 000 §3.2)): a function order computed from a trace of the round trips, handed to
+//! the linker (rust-lld's `--symbol-ordering-file`; rustc puts every function in its own section),
+//! so a version's code is placed as the layout says without a line of it changing.
 //!
 //! The order: *bipartite* — the library functions (entered more than once per round trip)
 //! first, then the path functions, each in the order of first invocation — or *linear* (all in

@@ -1,14 +1,14 @@
 //! Soak: seeded heavy-fault schedules that check a stack delivers everything, exactly once and
 //! in order, and that its retransmissions back off instead of flooding.
 //!
-//! A check of the reliability that van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)'s sliding window (§5) provides, with and without
-//! the Protocol Accelerator in front of the stack. A [`Schedule`] is a stack spec, whether the
-//! accelerator is on, and a seed. From the seed it draws heavy link faults (loss up to 45 %,
-//! duplication up to 20 %, reordering up to 50 %, corruption up to 8 %) and a set of
-//! application messages (1 B to 4 KiB, some larger than a 1400-byte fragment) sent from A to B
-//! at seeded instants while the faults are on. Then the link goes dark (every datagram lost),
-//! which shows whether retransmission backs off, and finally it heals (no faults) and the run
-//! continues until both ends are idle or a virtual-time bound passes.
+//! A check of the reliability that van Renesse, "Masking the Overhead of Protocol Layering" (seed
+//! 004)'s sliding window (§5) provides, with and without the Protocol Accelerator in front of the
+//! stack. A [`Schedule`] is a stack spec, whether the accelerator is on, and a seed. From the seed
+//! it draws heavy link faults (loss up to 45 %, duplication up to 20 %, reordering up to 50 %,
+//! corruption up to 8 %) and a set of application messages (1 B to 4 KiB, some larger than a
+//! 1400-byte fragment) sent from A to B at seeded instants while the faults are on. Then the link
+//! goes dark (every datagram lost), which shows whether retransmission backs off, and finally it
+//! heals (no faults) and the run continues until both ends are idle or a virtual-time bound passes.
 //!
 //! The driver uses only the sans-IO contract of [`Connection`]: `poll_timeout` and
 //! `handle_timeout` when due, `transmit_with` (A) and `poll_transmit` (B) to drain datagrams,

@@ -1,5 +1,6 @@
-//! The receive engine over real sockets (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)): `epoll` is the interrupt, the library's
-//! sans-IO [`Poller`] the discipline.
+//! The receive engine over real sockets (Mogul and Ramakrishnan, "Eliminating Receive Livelock in
+//! an Interrupt-Driven Kernel" (seed 002)): `epoll` is the interrupt, the library's sans-IO
+//! [`Poller`] the discipline.
 //!
 //! Each receive source is a socket registered with `EPOLLIN | EPOLLONESHOT`: its readiness is
 //! the "interrupt", and one-shot is the interrupt-enable flag — once it fires, the socket stays

@@ -40,9 +40,10 @@ impl SessionSocket {
     /// every 50 ms) or `round` breaks. `round` is the application: it runs after every
     /// receive turn to take what the endpoint delivered and queue answers, which the engine's
     /// transmit source then sends; [`ControlFlow::Break`] ends serving after this turn.
-    /// Established peers' dedicated sockets ([`bind_dedicating`](Self::bind_dedicating)) are registered as they open and removed
-    /// as they close; the listening socket gets a quarter of the quota per turn and at most
-    /// `cfg.listen_share` of the CPU, so a flood on it leaves established peers served.
+    /// Established peers' dedicated sockets ([`bind_dedicating`](Self::bind_dedicating)) are
+    /// registered as they open and removed as they close; the listening socket gets a quarter of
+    /// the quota per turn and at most `cfg.listen_share` of the CPU, so a flood on it leaves
+    /// established peers served.
     pub fn serve_on_engine<F>(
         &mut self,
         cfg: &EngineConfig,

@@ -29,11 +29,11 @@ const MAX_DEDICATED: usize = 512;
 ///
 /// - blocking: call [`pump`](Self::pump) in a loop; it sends what is queued, waits for input
 ///   (at most until the endpoint's next timer), hands it to the endpoint and runs the timers.
-/// - a receive engine ([`receive`](crate::receive), or [`serve_on_engine`](Self::serve_on_engine)): register [`socket`](Self::socket) (and, with
-///   [`bind_dedicating`](Self::bind_dedicating), each dedicated socket), call
-///   [`receive_some`](Self::receive_some) / [`receive_dedicated`](Self::receive_dedicated)
-///   when one is readable, and [`timers`](Self::timers) and [`flush`](Self::flush) between
-///   turns.
+/// - a receive engine ([`receive`](crate::receive), or [`serve_on_engine`](Self::serve_on_engine)):
+///   register [`socket`](Self::socket) (and, with [`bind_dedicating`](Self::bind_dedicating), each
+///   dedicated socket), call [`receive_some`](Self::receive_some) /
+///   [`receive_dedicated`](Self::receive_dedicated) when one is readable, and
+///   [`timers`](Self::timers) and [`flush`](Self::flush) between turns.
 ///
 /// Peers that received data are listed for the program ([`take_readable`](Self::take_readable)),
 /// which then takes their messages with the endpoint's `poll_delivery_with`.
@@ -332,7 +332,8 @@ impl SessionSocket {
     }
 
     /// Dedicated sockets opened since the last call (indices for
-    /// [`receive_dedicated`](Self::receive_dedicated) and [`dedicated_socket`](Self::dedicated_socket)).
+    /// [`receive_dedicated`](Self::receive_dedicated) and
+    /// [`dedicated_socket`](Self::dedicated_socket)).
     pub fn take_opened(&mut self) -> Vec<usize> {
         std::mem::take(&mut self.opened)
     }

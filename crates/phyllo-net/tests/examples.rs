@@ -1,5 +1,6 @@
 //! The examples against each other in two processes on 127.0.0.1: `echo_server` and
-//! `echo_client`, `receive_file` and `send_file`. `cargo test` builds the examples before it runs this.
+//! `echo_client`, `receive_file` and `send_file`. `cargo test` builds the examples before it runs
+//! this.
 
 use phyllo::session::StaticKey;
 use phyllo_net::keys;

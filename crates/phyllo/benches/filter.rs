@@ -1,6 +1,7 @@
-//! Packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2): the reference interpreter against the compiled
-//! form, on the send and delivery programs of a window+checksum+frag-like stack, for 8-byte
-//! and 1 KB bodies, plus a digest-free program of field checks that isolates dispatch cost.
+//! Packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table
+//! 2): the reference interpreter against the compiled form, on the send and delivery programs of a
+//! window+checksum+frag-like stack, for 8-byte and 1 KB bodies, plus a digest-free program of field
+//! checks that isolates dispatch cost.
 //!
 //! Run: `cargo bench -p phyllo --bench filter`. On a shared or loaded machine the
 //! `filter_timing` example (minimum over batches) gives steadier figures.

@@ -1,7 +1,8 @@
-//! Steady timings of the packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2) on a shared or loaded
-//! machine: the same programs as the `filter` criterion bench. The variants of one case are
-//! timed in interleaved batches of 2000 runs, 300 rounds, and each reports its minimum batch:
-//! interleaving exposes them to the same interference, the minimum filters most of it out.
+//! Steady timings of the packet filters (van Renesse, "Masking the Overhead of Protocol Layering"
+//! (seed 004 §3.3) / Table 2) on a shared or loaded machine: the same programs as the `filter`
+//! criterion bench. The variants of one case are timed in interleaved batches of 2000 runs, 300
+//! rounds, and each reports its minimum batch: interleaving exposes them to the same interference,
+//! the minimum filters most of it out.
 //!
 //! Run: `cargo run --release -p phyllo --example filter_timing`.
 

@@ -1,5 +1,6 @@
-//! Internet checksum arithmetic (RFC 1071): one's complement sums of little-endian words,
-//! folding, and the covered checksum of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §2.1)'s typical message-specific field.
+//! Internet checksum arithmetic (RFC 1071): one's complement sums of little-endian words, folding,
+//! and the covered checksum of seed 004 §2.1's typical message-specific field. (Seed 004 is van
+//! Renesse, "Masking the Overhead of Protocol Layering".)
 //!
 //! Shared by the `checksum` layer (its pre-phases) and the packet filter's digest (the
 //! accelerator's fast paths), so both compute the same value by the same code.

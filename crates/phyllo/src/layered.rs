@@ -1,5 +1,6 @@
 //! The layered core of a connection: a stack of canonical layers between an application and a
-//! link, sans-IO (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.1), the layered path).
+//! link, sans-IO (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.1), the
+//! layered path).
 //!
 //! For each message the pre-phases of the layers run in order (down when sending, up when
 //! delivering); when the message leaves the stack the post-phases run. Messages that layers

@@ -3,10 +3,11 @@
 //! A protocol here is a stack of small layers — `frag`, `window` (reliable, in order), `checksum`,
 //! `seal` (authenticated encryption) or layers of your own ([`Layer`]) — with the Protocol
 //! Accelerator in front when you want it: compact headers, predicted headers and a fast path that
-//! is the same protocol as the layered one (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004); the papers behind phyllo are listed in
-//! `docs/papers.md`). The crate is sans-IO: nothing in it touches a socket or a clock.
-//! Application calls, datagrams and the time go in; datagrams, deliveries and deadlines come out,
-//! so every run replays. The sockets are `phyllo-udp`'s; `docs/architecture.md` is the map.
+//! is the same protocol as the layered one (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004); the papers behind phyllo are listed in `docs/papers.md`). The crate is
+//! sans-IO: nothing in it touches a socket or a clock. Application calls, datagrams and the time go
+//! in; datagrams, deliveries and deadlines come out, so every run replays. The sockets are
+//! `phyllo-udp`'s; `docs/architecture.md` is the map.
 //!
 //! # Where to start
 //!

@@ -1,12 +1,12 @@
 //! The messages waiting for the application, in delivery order.
 //!
-//! A body holding several messages (a packed datagram, van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.4)) waits whole and is
-//! split as the application takes its messages: a burst of packed datagrams then holds one
-//! buffer per datagram instead of one per message, and the pool's idle buffers — recycled by
-//! the application one message at a time — keep up. (Split at arrival, a burst of a few
-//! hundred packed datagrams needed tens of thousands of buffers at once; most came fresh from
-//! the allocator, zeroed.) The queue does not know how bodies are packed: whoever queues one
-//! passes the function that finds its messages.
+//! A body holding several messages (a packed datagram, van Renesse, "Masking the Overhead of
+//! Protocol Layering" (seed 004 §3.4)) waits whole and is split as the application takes its
+//! messages: a burst of packed datagrams then holds one buffer per datagram instead of one per
+//! message, and the pool's idle buffers — recycled by the application one message at a time — keep
+//! up. (Split at arrival, a burst of a few hundred packed datagrams needed tens of thousands of
+//! buffers at once; most came fresh from the allocator, zeroed.) The queue does not know how bodies
+//! are packed: whoever queues one passes the function that finds its messages.
 
 use crate::msg::{Msg, Pool};
 use std::collections::VecDeque;

@@ -1,11 +1,12 @@
-//! Stacks: layers composed top to bottom, in two forms with identical behaviour.
+//! Stacks: layers composed top to bottom, in two forms with identical behaviour. (Seed 000 is
+//! Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency".)
 //!
 //! - **Dynamic**: a [`DynStack`] (`Vec<Box<dyn Layer>>`) built at run time from a spec string
 //!   such as `"frag(1400):window(16):checksum:seal"` ([`build_dyn`]); every layer call is a
 //!   virtual call.
-//! - **Static**: nested pairs `(A, (B, (C, ())))` built with [`stack!`](crate::stack!); every
-//!   call is resolved at compile time and can be inlined across layers — Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s
-//!   path-inlining, done by the compiler.
+//! - **Static**: nested pairs `(A, (B, (C, ())))` built with [`stack!`](crate::stack!); every call
+//!   is resolved at compile time and can be inlined across layers — seed 000's path-inlining, done
+//!   by the compiler.
 //!
 //! Both implement [`LayerSet`], over which the connection's processing loop is written once;
 //! `tests/differential.rs` checks they put byte-identical datagrams on the wire. A
@@ -67,11 +68,10 @@ pub trait LayerSet {
     /// [`Layer::needs_keys`] of layer `i`.
     fn needs_keys_at(&self, i: usize) -> bool;
 
-    /// The pre-sends of the layers from `from` down (those at `depth` and below; `depth` is
-    /// where this set starts in its stack), until one does not continue: that layer and its
-    /// verdict. The static stack walks its layers in straight-line code the compiler inlines
-    /// into one function (seed 000's path-inlining); the default loops over
-    /// [`pre_send_at`](Self::pre_send_at).
+    /// The pre-sends of the layers from `from` down (those at `depth` and below; `depth` is where
+    /// this set starts in its stack), until one does not continue: that layer and its verdict. The
+    /// static stack walks its layers in straight-line code the compiler inlines into one function
+    /// (seed 000's path-inlining); the default loops over [`pre_send_at`](Self::pre_send_at).
     #[doc(hidden)]
     #[inline]
     fn pre_send_walk(

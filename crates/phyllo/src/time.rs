@@ -1,5 +1,5 @@
-//! Protocol time: a sans-IO core is handed `now` and never reads a clock. Drivers map their clock (the in-memory link's virtual clock, or
-//! `std::time::Instant`) onto [`Time`].
+//! Protocol time: a sans-IO core is handed `now` and never reads a clock. Drivers map their clock
+//! (the in-memory link's virtual clock, or `std::time::Instant`) onto [`Time`].
 
 use std::ops::{Add, Sub};
 use std::time::Duration;

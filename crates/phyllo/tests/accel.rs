@@ -1,6 +1,6 @@
-//! The Protocol Accelerator (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)): compact headers, fast-path hit ratio, correctness
-//! under loss and reordering with the fast path resuming, first-message loss, packing, byte
-//! order, and bad input.
+//! The Protocol Accelerator (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)):
+//! compact headers, fast-path hit ratio, correctness under loss and reordering with the fast path
+//! resuming, first-message loss, packing, byte order, and bad input.
 
 mod common;
 use common::*;

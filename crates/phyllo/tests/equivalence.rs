@@ -1,5 +1,6 @@
-//! Equivalence of the layered path and the Protocol Accelerator (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)): they must be the
-//! same protocol, for the built-in layers and for layers written outside the crate.
+//! Equivalence of the layered path and the Protocol Accelerator (van Renesse, "Masking the Overhead
+//! of Protocol Layering" (seed 004)): they must be the same protocol, for the built-in layers and
+//! for layers written outside the crate.
 //!
 //! Two external layers, written as a naive author would (canonical pre/post phases only: no
 //! predictions, no packet filters):

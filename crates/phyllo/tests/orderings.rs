@@ -2,11 +2,12 @@
 //!
 //! The 64 orderings of one to four of `frag(1400)`, `window(16)`, `checksum` and `seal` (every
 //! permutation of every non-empty subset), each layered and with the Protocol Accelerator
-//! (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)), over a perfect memlink: messages of 1, 8, 1000 and 3000 bytes go both ways as
-//! a ping-pong with an echo (B sends back what it got) and as simultaneous bursts; everything
-//! must arrive once, in order, with its bytes intact, no layer may drop anything, and both
-//! connections must go idle. Every ordering is meaningful (a layer authenticates or checks
-//! what the layers above it wrote and the body as they left it), so none is refused.
+//! (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)), over a perfect memlink:
+//! messages of 1, 8, 1000 and 3000 bytes go both ways as a ping-pong with an echo (B sends back
+//! what it got) and as simultaneous bursts; everything must arrive once, in order, with its bytes
+//! intact, no layer may drop anything, and both connections must go idle. Every ordering is
+//! meaningful (a layer authenticates or checks what the layers above it wrote and the body as they
+//! left it), so none is refused.
 //!
 //! A 3000-byte message exceeds `frag(1400)`'s fragment size. Without `frag` nothing in the
 //! stack knows a link MTU: the connection accepts any message up to `Config::max_message`

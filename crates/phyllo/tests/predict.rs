@@ -1,8 +1,9 @@
-//! Layers that cannot lie to the fast path (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.2)): a layer that does not declare
-//! predictions has its pre-phases run on the fast path, and works; a layer that claims to
-//! predict but mispredicts is caught by the fast path's check against the layered path,
-//! which names it: with `FastPathCheck::Every` (debug builds) in a panic, with
-//! `FastPathCheck::Sampled` (release builds) by taking the layered path from then on.
+//! Layers that cannot lie to the fast path (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004 §3.2)): a layer that does not declare predictions has its pre-phases run on
+//! the fast path, and works; a layer that claims to predict but mispredicts is caught by the fast
+//! path's check against the layered path, which names it: with `FastPathCheck::Every` (debug
+//! builds) in a panic, with `FastPathCheck::Sampled` (release builds) by taking the layered path
+//! from then on.
 
 mod common;
 use common::*;

@@ -1,10 +1,13 @@
 //! One pass over a trace: every cache hierarchy, timing model, instruction statistic, fusion
-//! alternative and virtual layout at once.
+//! alternative and virtual layout at once. (Seed 000 is Mosberger et al., "Analysis of Techniques
+//! to Improve Protocol Processing Latency".)
 //!
-//! This is the analysis pipeline of Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003) (§3: instruction mix and ILP, Figure 2; i-cache
-//! behaviour, Figure 3; execution-time breakdown, Figure 4; §4: dependent pairs, Table 1; fused
-//! pairs, Figure 5) with Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s trace length, CPI, iCPI and mCPI (§4.3) and virtual layouts
-//! (§3). The trace is consumed record by record ([`Analyzer::record`]) and never stored.
+//! This is the analysis pipeline of Xie, Zhao and Bhuyan, "Architectural Analysis and
+//! Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003) (§3:
+//! instruction mix and ILP, Figure 2; i-cache behaviour, Figure 3; execution-time breakdown, Figure
+//! 4; §4: dependent pairs, Table 1; fused pairs, Figure 5) with seed 000's trace length, CPI, iCPI
+//! and mCPI (§4.3) and virtual layouts (§3). The trace is consumed record by record
+//! ([`Analyzer::record`]) and never stored.
 //!
 //! **Repeated string instructions.** valgrind (lackey, and callgrind's `Ir` alike) reports one
 //! instruction fetch per *iteration* of a `rep`/`repe`/`repne`-prefixed string instruction

@@ -1,9 +1,12 @@
-//! Cache models: L1I, L1D and a unified L2, any number simulated in one pass.
+//! Cache models: L1I, L1D and a unified L2, any number simulated in one pass. (Seed 003 is Xie,
+//! Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network
+//! Protocol Processors".)
 //!
 //! Seed 003 §2.1 and §3.2 (Figure 3): set-associative caches of any size, associativity and
-//! line size, LRU by default, the data cache write-back and write-allocate; Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §2.1) uses
-//! the same vocabulary for the Alpha 21064's direct-mapped 8 KB caches. Replacement is LRU,
-//! FIFO or random (seeded, so every run replays).
+//! line size, LRU by default, the data cache write-back and write-allocate; Mosberger et al.,
+//! "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §2.1) uses the same
+//! vocabulary for the Alpha 21064's direct-mapped 8 KB caches. Replacement is LRU, FIFO or random
+//! (seeded, so every run replays).
 //!
 //! Two ways of counting, [`Mode`]:
 //! - [`Mode::Phyllo`]: every cache line an access touches is one access; an `M` record (modify)
@@ -14,10 +17,10 @@
 //!   level with the same address and size; `M` counts as one data *read* (checked against
 //!   cachegrind: its `Dr` equals lackey's `L` + `M`); no write-backs are modelled.
 //!
-//! Built-in geometries: Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003)'s ([`HierarchyConfig::seed003`]), seed 000's Alpha 21064
-//! ([`HierarchyConfig::alpha21064`]) and this host's, read from sysfs
-//! ([`HierarchyConfig::host`]). Beside an i-cache, an [`ExecTracker`] counts the bytes fetched
-//! into it that never executed ([`Unused`], seed 000 Table 5).
+//! Built-in geometries: seed 003's ([`HierarchyConfig::seed003`]), seed 000's Alpha 21064
+//! ([`HierarchyConfig::alpha21064`]) and this host's, read from sysfs ([`HierarchyConfig::host`]).
+//! Beside an i-cache, an [`ExecTracker`] counts the bytes fetched into it that never executed
+//! ([`Unused`], seed 000 Table 5).
 
 use std::fmt;
 

@@ -3,7 +3,8 @@
 //! Seed 003 profiles instructions and pairs inside the protocol stack; this map gives each
 //! instruction fetch of the trace its decoded [`Insn`] and its function in O(1) (a dense index
 //! over each executable section), and holds the static fused-pair positions that the fusion
-//! model (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003 §4.2-4.3)) uses to compact code addresses.
+//! model (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design
+//! of Network Protocol Processors" (seed 003 §4.2-4.3)) uses to compact code addresses.
 
 use std::collections::HashMap;
 

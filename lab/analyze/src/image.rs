@@ -1,9 +1,10 @@
 //! The workload's executable image: function symbols, code bytes and load bias.
 //!
-//! Seed 003 attributes protocol processing to the functions of the stack and Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) (§3)
-//! places functions in the i-cache by name; both need address → function mapping. This module
-//! reads an ELF executable with the `object` crate: function symbols as sorted, non-overlapping
-//! ranges, the bytes of executable sections (for instruction decoding) and whether the file is
+//! Seed 003 attributes protocol processing to the functions of the stack and Mosberger et al.,
+//! "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) (§3) places functions
+//! in the i-cache by name; both need address → function mapping. This module reads an ELF
+//! executable with the `object` crate: function symbols as sorted, non-overlapping ranges, the
+//! bytes of executable sections (for instruction decoding) and whether the file is
 //! position-independent (PIE), in which case valgrind loads it at a bias (0x108000 for valgrind
 //! 3.19 on amd64) that the analyzer measures with a probe run (see [`crate::roi`]).
 

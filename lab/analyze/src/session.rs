@@ -1,9 +1,11 @@
-//! A whole analysis of one workload: probe, decode, trace under lackey, one pass.
+//! A whole analysis of one workload: probe, decode, trace under lackey, one pass. (Seed 003 is Xie,
+//! Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network
+//! Protocol Processors".)
 //!
-//! The glue of the analyzer (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003)'s methodology on this host): [`prepare`] loads the
-//! workload's image (and the shared libraries it maps), measures the run-time marker
-//! addresses with a probe run, and decodes all code; [`analyze`] streams a lackey trace of the
-//! workload through an [`Analyzer`] and times the pass.
+//! The glue of the analyzer (seed 003's methodology on this host): [`prepare`] loads the workload's
+//! image (and the shared libraries it maps), measures the run-time marker addresses with a probe
+//! run, and decodes all code; [`analyze`] streams a lackey trace of the workload through an
+//! [`Analyzer`] and times the pass.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

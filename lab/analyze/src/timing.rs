@@ -1,5 +1,6 @@
 //! Timing model: issue width, latencies and miss penalties → CPU, data-access and
-//! instruction-access time; CPI, iCPI and mCPI.
+//! instruction-access time; CPI, iCPI and mCPI. (Seed 000 is Mosberger et al., "Analysis of
+//! Techniques to Improve Protocol Processing Latency".)
 //!
 //! Seed 003 §2.1 extends SimpleScalar's sim-outorder to split execution time into *CPU
 //! execution time* (instructions executing without stalls for memory), *data access time*
@@ -8,17 +9,18 @@
 //! CPI = cycles / trace length, iCPI = CPI with a perfect memory system, mCPI = CPI − iCPI.
 //!
 //! The model is an in-order, `issue_width`-wide pipeline with a decoupled front end:
-//! - the front end fetches in program order; an i-cache miss delays it by the L2 latency (or
-//!   the memory latency when L2 misses too); a taken control transfer costs a fixed bubble (as
-//!   Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000)'s iCPI simulator does); it runs at most `fetch_queue` instructions ahead of issue,
-//!   so i-cache misses can overlap data stalls;
+//! - the front end fetches in program order; an i-cache miss delays it by the L2 latency (or the
+//!   memory latency when L2 misses too); a taken control transfer costs a fixed bubble (as seed
+//!   000's iCPI simulator does); it runs at most `fetch_queue` instructions ahead of issue, so
+//!   i-cache misses can overlap data stalls;
 //! - an instruction issues when fetched, when its source registers and flags are ready, and
 //!   when fewer than `issue_width` instructions issued in that cycle; branches are predicted
-//!   perfectly (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for Design of Network Protocol Processors" (seed 003) finds its bimodal predictor almost as good as a perfect one), so they
-//!   never wait for their operands; results are ready after
-//!   the instruction's latency, plus for loads the data-access latency (L1 hit latency, or the
-//!   L2/memory latency on a miss: non-blocking, stall on use); stores retire into a write
-//!   buffer and never stall;
+//!   perfectly (Xie, Zhao and Bhuyan, "Architectural Analysis and Instruction-Set Optimization for
+//!   Design of Network Protocol Processors" (seed 003) finds its bimodal predictor almost as good
+//!   as a perfect one), so they never wait for their operands; results are ready after the
+//!   instruction's latency, plus for loads the data-access latency (L1 hit latency, or the
+//!   L2/memory latency on a miss: non-blocking, stall on use); stores retire into a write buffer
+//!   and never stall;
 //! - a repeated string instruction (`rep stosb`, `rep movsq`, `repe cmpsb`, ...) is one
 //!   instruction of the trace length however many iterations it runs (see
 //!   [`crate::analysis::RepStats`]); its iterations are charged as CPU cycles instead,

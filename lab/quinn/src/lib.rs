@@ -1,8 +1,8 @@
 //! What users pick instead of phyllo: quinn (QUIC over UDP, TLS 1.3) measured on loopback in
-//! the same run as phyllo, for van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)'s basic figures — round-trip latency of small messages
-//! and small-message streaming throughput (issue 3's `accel.rtt_ratio_vs_quinn`) — and for
-//! bulk transfer, a file sent on one stream and checked by SHA-256 at both ends, as
-//! `phyllo connect --file` does.
+//! the same run as phyllo, for van Renesse, "Masking the Overhead of Protocol Layering" (seed
+//! 004)'s basic figures — round-trip latency of small messages and small-message streaming
+//! throughput (issue 3's `accel.rtt_ratio_vs_quinn`) — and for bulk transfer, a file sent on one
+//! stream and checked by SHA-256 at both ends, as `phyllo connect --file` does.
 //!
 //! Each end runs on its own thread with its own single-threaded tokio runtime, as phyllo's
 //! measurements run each end on its own thread. Messages travel on one bidirectional QUIC

@@ -1,4 +1,5 @@
-//! `accel`: what the Protocol Accelerator is worth (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004) Table 4, Figures 4-5).
+//! `accel`: what the Protocol Accelerator is worth (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004) Table 4, Figures 4-5).
 //!
 //! Header bytes of an ordinary data message (compact layout vs per-layer 4-byte-aligned
 //! headers), fast-path hit ratio, critical-path cost (accelerator vs layered path, over the

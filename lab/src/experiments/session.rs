@@ -6,10 +6,10 @@
 //!   delay; the time from `connect` to the initiator's session, over the round-trip time
 //!   (exact: virtual time). Also reported: the handshake over loopback, as `connect` measures
 //!   it.
-//! - **RTT vs raw UDP**: `phyllo-lab serve-raw-echo --busy-poll --accel` (`phyllo serve` with a raw-UDP echo in the
-//!   same loop) in a child process
-//!   answers both session pings and raw UDP datagrams in one loop; this process busy-polls and
-//!   alternates blocks of raw and session pings of 32 bytes, and compares medians.
+//! - **RTT vs raw UDP**: `phyllo-lab serve-raw-echo --busy-poll --accel` (`phyllo serve` with a
+//!   raw-UDP echo in the same loop) in a child process answers both session pings and raw UDP
+//!   datagrams in one loop; this process busy-polls and alternates blocks of raw and session pings
+//!   of 32 bytes, and compares medians.
 //! - **Bytes per idle session**: a `phyllo serve` child allowing 10 000 keys (1 000 with
 //!   `--quick`) takes one session from each (a handshake and one ping); its resident set
 //!   growth over the sessions, from `/proc/PID/statm`.

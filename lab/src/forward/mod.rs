@@ -1,9 +1,10 @@
-//! A forwarder — Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s router (§6) — between UDP sockets, run either on the receive
+//! A forwarder — seed 002's router (§6) — between UDP sockets, run either on the receive
 //! [`engine`](phyllo_net::receive) or as 4.2BSD's interrupt-driven structure with real threads and
-//! real priorities; with an optional user-level stage (`screend` or a passive monitor,
-//! `stage`); and the load that measures it ([`trial`](mod@trial): a paced generator, a sink, hosts on
-//! loopback or in network namespaces). The report's `engine` experiment measures delivered
-//! against offered rate for both designs on this machine.
+//! real priorities; with an optional user-level stage (`screend` or a passive monitor, `stage`);
+//! and the load that measures it ([`trial`](mod@trial): a paced generator, a sink, hosts on
+//! loopback or in network namespaces). The report's `engine` experiment measures delivered against
+//! offered rate for both designs on this machine. (Seed 002 is Mogul and Ramakrishnan, "Eliminating
+//! Receive Livelock in an Interrupt-Driven Kernel".)
 //!
 //! Each input socket is one of the router's interfaces. A datagram is forwarded when it starts
 //! with [`MAGIC`] (the forwarder's stand-in for a well-formed IP header); anything else is

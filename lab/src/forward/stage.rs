@@ -1,7 +1,8 @@
-//! The user-level stage of Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002) (§6.6): a process fed by a bounded queue, running as an
-//! ordinary-priority thread beside the forwarder on its core — `screend`, which screens each
-//! packet and hands it back to be forwarded (§6.6.1), or a passive monitor that keeps the first
-//! 68 bytes of each packet (§6.6's `tcpdump`).
+//! The user-level stage of Mogul and Ramakrishnan, "Eliminating Receive Livelock in an
+//! Interrupt-Driven Kernel" (seed 002) (§6.6): a process fed by a bounded queue, running as an
+//! ordinary-priority thread beside the forwarder on its core — `screend`, which screens each packet
+//! and hands it back to be forwarded (§6.6.1), or a passive monitor that keeps the first 68 bytes
+//! of each packet (§6.6's `tcpdump`).
 //!
 //! The forwarder offers packets to the stage's queue and drops what does not fit (counted). On
 //! the engine, the queue's level is the feedback that inhibits input (75 % / 25 % of the

@@ -1,7 +1,8 @@
 //! Load for the forwarder: the paced generator, a counting sink, an optional compute-bound user
-//! thread (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)'s Fig. 10), and one measured run of them — with the hosts on loopback
-//! ports or each in a network namespace of its own joined to the forwarder's by a veth pair
-//! ([`Testbed`]).
+//! thread (seed 002's Fig. 10), and one measured run of them — with the hosts on loopback ports or
+//! each in a network namespace of its own joined to the forwarder's by a veth pair ([`Testbed`]).
+//! (Seed 002 is Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven
+//! Kernel".)
 //!
 //! With two CPUs or more the forwarder (and its stage and the user thread) is pinned to CPU 0
 //! and the generators and sink to CPU 1, so the forwarder's core does only its work.

@@ -1,7 +1,7 @@
-//! The path classifier (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000 §3.4) and §4.1, after Scout): path-inlined code is compiled for
-//! an *assumed* path, so an incoming datagram may take it only once the classifier has
-//! established that the datagram follows that path; anything else goes to the general,
-//! layered code.
+//! The path classifier (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing
+//! Latency" (seed 000 §3.4) and §4.1, after Scout): path-inlined code is compiled for an *assumed*
+//! path, so an incoming datagram may take it only once the classifier has established that the
+//! datagram follows that path; anything else goes to the general, layered code.
 //!
 //! A path here is a flow of one stack: the datagrams whose identifying fields (frame type,
 //! addresses, ports, boot id — [`flow_fields`]) hold the values the path was

@@ -1,4 +1,5 @@
-//! `eth`: framing, the bottom layer of both latency stacks (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1: ETH and LANCE).
+//! `eth`: framing, the bottom layer of both latency stacks (Mosberger et al., "Analysis of
+//! Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1: ETH and LANCE).
 //!
 //! A frame type, the body's length and a frame check: a 16-bit Internet checksum over every
 //! field of the layers above and the body, standing in for Ethernet's CRC, so that a corrupted

@@ -1,9 +1,10 @@
-//! The tall latency stack's small layers (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1, right: an x-kernel RPC stack of many
-//! small protocols, after Sprite RPC): `xrpctest` (the request/reply test driver's header),
-//! `mselect` (procedure select), `vchan` (virtual channel), `bid` (boot id) and `vnet`
-//! (addressing). With `chan` (the window layer as a one-message channel: each call waits for
-//! its reply, retransmitted until acknowledged), `blast` (fragmentation) and `eth` (framing)
-//! they make the stack `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth`.
+//! The tall latency stack's small layers (Mosberger et al., "Analysis of Techniques to Improve
+//! Protocol Processing Latency" (seed 000) Fig. 1, right: an x-kernel RPC stack of many small
+//! protocols, after Sprite RPC): `xrpctest` (the request/reply test driver's header), `mselect`
+//! (procedure select), `vchan` (virtual channel), `bid` (boot id) and `vnet` (addressing). With
+//! `chan` (the window layer as a one-message channel: each call waits for its reply, retransmitted
+//! until acknowledged), `blast` (fragmentation) and `eth` (framing) they make the stack
+//! `xrpctest:mselect:vchan:chan:bid:blast:vnet:eth`.
 //!
 //! Each layer does what its x-kernel namesake does on the common path — stamp a field or two
 //! on the way down, check them on the way up — and refuses what does not belong, counted.

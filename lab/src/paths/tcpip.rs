@@ -1,6 +1,7 @@
-//! The short latency stack's addressing layer, `ip` (Mosberger et al., "Analysis of Techniques to Improve Protocol Processing Latency" (seed 000) Fig. 1: IP and VNET): source
-//! and destination addresses, protocol and time to live, and a routing table that chooses the
-//! interface to the peer by longest prefix — once, since a connection's peer is fixed.
+//! The short latency stack's addressing layer, `ip` (Mosberger et al., "Analysis of Techniques to
+//! Improve Protocol Processing Latency" (seed 000) Fig. 1: IP and VNET): source and destination
+//! addresses, protocol and time to live, and a routing table that chooses the interface to the peer
+//! by longest prefix — once, since a connection's peer is fixed.
 //!
 //! The stack is `tcp:ip:eth` — a few big layers, as seed 000's TCP/IP: `tcp` is the window
 //! layer with a transport header (ports and a checksum; [`phyllo::layers::Ports`]), holding the

@@ -1,4 +1,5 @@
-//! Connection identification and cookies (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §2.2)): who a datagram belongs to.
+//! Connection identification and cookies (van Renesse, "Masking the Overhead of Protocol Layering"
+//! (seed 004 §2.2)): who a datagram belongs to.
 //!
 //! Every accelerated datagram starts with the 8-byte [`preamble`](super::preamble): a bit
 //! saying whether the connection identification follows, the byte order of the headers, and

@@ -1,6 +1,7 @@
-//! Deferred post-processing (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.1), canonical protocol processing): the post-phases
-//! of a fast-path send or delivery run after the message is on the network or with the
-//! application, and before the next operation on the connection.
+//! Deferred post-processing (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004
+//! §3.1), canonical protocol processing): the post-phases of a fast-path send or delivery run after
+//! the message is on the network or with the application, and before the next operation on the
+//! connection.
 //!
 //! At most one send and one delivery are pending (seed 004 Table 3's `mode` and `pre_msg`,
 //! per direction). [`Accelerator::post_process`](super::Accelerator::post_process) runs them,

@@ -1,4 +1,5 @@
-//! The fast paths of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §4), Figure 3: `send`, `from_network` and `deliver`.
+//! The fast paths of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §4), Figure
+//! 3: `send`, `from_network` and `deliver`.
 //!
 //! - **send**: if the send header is disabled, post-sending is pending, or messages wait, the
 //!   message joins the backlog (and will leave packed). Otherwise the predicted header is

@@ -1,4 +1,5 @@
-//! The connection's two packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3)), built from the layers' segments.
+//! The connection's two packet filters (van Renesse, "Masking the Overhead of Protocol Layering"
+//! (seed 004 §3.3)), built from the layers' segments.
 //!
 //! The filter language lives in [`crate::filter`] (layers program it, the accelerator runs
 //! it). Here each layer appends its instructions to the send filter (fill message-specific

@@ -1,5 +1,6 @@
-//! Message packing (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.4)): the backlog of messages that wait while post-processing is
-//! pending or the send header is disabled, sent as one packed datagram.
+//! Message packing (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.4)): the
+//! backlog of messages that wait while post-processing is pending or the send header is disabled,
+//! sent as one packed datagram.
 //!
 //! A packed body is a sequence of (varint length, bytes); the header's `packed` bit says the
 //! body is one. Beyond the paper, the messages may have any sizes, bounded by the MTU.

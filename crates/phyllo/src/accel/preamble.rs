@@ -1,4 +1,5 @@
-//! The 8-byte preamble of every accelerated message (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §2.2), Figure 1).
+//! The 8-byte preamble of every accelerated message (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004 §2.2), Figure 1).
 //!
 //! Bit 63 (first on the wire): connection identification present. Bit 62: byte order of the
 //! headers that follow (1 = little-endian). Bits 0-61: the connection cookie, a random number

@@ -1,5 +1,6 @@
-//! Header prediction (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.2)): the protocol-specific (and, for sending, gossip) header
-//! of the next message, computed by the layers' post-phases ahead of time.
+//! Header prediction (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.2)):
+//! the protocol-specific (and, for sending, gossip) header of the next message, computed by the
+//! layers' post-phases ahead of time.
 //!
 //! Each connection keeps a predicted header area for the next send and one for the next
 //! delivery. A send copies the send prediction in front of the body; a delivery compares the

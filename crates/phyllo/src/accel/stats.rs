@@ -1,4 +1,5 @@
-//! The accelerator's counters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §4): what the fast path hit and why it missed).
+//! The accelerator's counters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004
+//! §4): what the fast path hit and why it missed).
 
 /// Why a message left the fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

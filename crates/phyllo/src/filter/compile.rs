@@ -1,6 +1,7 @@
-//! The compiled form of a packet filter (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3): "In case fields are conveniently
-//! aligned, the packet filter is optimized automatically using some customized instructions
-//! ... we intend to adopt [compilation into machine code] eventually").
+//! The compiled form of a packet filter (van Renesse, "Masking the Overhead of Protocol Layering"
+//! (seed 004 §3.3): "In case fields are conveniently aligned, the packet filter is optimized
+//! automatically using some customized instructions ... we intend to adopt [compilation into
+//! machine code] eventually").
 //!
 //! Compilation works on a verified program, so the stack depth before every op is known
 //! statically. That lets it drop the stack pointer altogether: each op is lowered to a

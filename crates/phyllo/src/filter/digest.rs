@@ -1,4 +1,5 @@
-//! Message digests for the `DIGEST` operation (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2).
+//! Message digests for the `DIGEST` operation (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004 §3.3) / Table 2).
 //!
 //! In the paper `DIGEST` takes a function pointer. A function pointer cannot travel in a
 //! program's wire encoding nor be checked by a verifier, so here a digest is named by a

@@ -1,5 +1,5 @@
-//! The reference interpreter for packet filters (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2: "Packet filter
-//! programs are currently interpreted").
+//! The reference interpreter for packet filters (van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004 §3.3) / Table 2: "Packet filter programs are currently interpreted").
 //!
 //! A plain match loop over the verified ops, with a fixed array as the stack. It is written
 //! for obviousness, not speed: fields go through the general [`read_bits`] / [`write_bits`]

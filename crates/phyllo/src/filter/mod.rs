@@ -1,4 +1,5 @@
-//! Packet filters: the stack machine of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2.
+//! Packet filters: the stack machine of van Renesse, "Masking the Overhead of Protocol Layering"
+//! (seed 004 §3.3) / Table 2.
 //!
 //! Header prediction cannot know what depends on the message itself: its length, its
 //! checksum. The Protocol Accelerator covers those with a packet filter in each critical

@@ -1,5 +1,6 @@
-//! Packet-filter programs: the operations of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3) / Table 2, the field table they
-//! run against, the per-layer segment builder, and a byte encoding.
+//! Packet-filter programs: the operations of van Renesse, "Masking the Overhead of Protocol
+//! Layering" (seed 004 §3.3) / Table 2, the field table they run against, the per-layer segment
+//! builder, and a byte encoding.
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
-//! The verifier (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3): "There are no loop or function constructs, so a packet filter
-//! program can be checked in advance, and the necessary size for the stack can be
-//! calculated").
+//! The verifier (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.3): "There
+//! are no loop or function constructs, so a packet filter program can be checked in advance, and
+//! the necessary size for the stack can be calculated").
 //!
 //! [`verify`] executes the straight-line program symbolically, tracking only the stack depth,
 //! and checks every op against the field table and the direction. What it proves is what the

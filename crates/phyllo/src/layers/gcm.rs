@@ -1,15 +1,15 @@
 //! AES-256-GCM split at the nonce: what depends only on the nonce is computed ahead, in the
 //! post-processing of the previous message, and only what depends on the message stays on the
-//! critical path.
+//! critical path. (Seed 004 is van Renesse, "Masking the Overhead of Protocol Layering".)
 //!
-//! This is van Renesse, "Masking the Overhead of Protocol Layering" (seed 004)'s header prediction (§3.2) applied to the cipher. `seal`'s nonce is a
-//! counter, so the next message's nonce is known as soon as the last one is sent (or, for a
-//! receiver, accepted). In GCM (NIST SP 800-38D) the ciphertext is the plaintext XOR
-//! AES(K, counter blocks) and the tag is GHASH(AD, ciphertext) XOR AES(K, J0): the counter
-//! blocks and J0 are functions of the nonce alone. [`Gcm::ahead`] encrypts them in advance
-//! ([`Ahead`]); [`Gcm::seal`] and [`Gcm::open`] then cost an XOR and a GHASH for a short
-//! message, and fall back to computing the blocks themselves when the nonce is not the
-//! predicted one or the message is longer than the keystream kept ahead.
+//! This is seed 004's header prediction (§3.2) applied to the cipher. `seal`'s nonce is a counter,
+//! so the next message's nonce is known as soon as the last one is sent (or, for a receiver,
+//! accepted). In GCM (NIST SP 800-38D) the ciphertext is the plaintext XOR AES(K, counter blocks)
+//! and the tag is GHASH(AD, ciphertext) XOR AES(K, J0): the counter blocks and J0 are functions of
+//! the nonce alone. [`Gcm::ahead`] encrypts them in advance ([`Ahead`]); [`Gcm::seal`] and
+//! [`Gcm::open`] then cost an XOR and a GHASH for a short message, and fall back to computing the
+//! blocks themselves when the nonce is not the predicted one or the message is longer than the
+//! keystream kept ahead.
 //!
 //! Why not `ring` (which `seal` uses for ChaCha20-Poly1305): its one-shot AEAD cannot be split
 //! at the nonce. The primitives are RustCrypto's `aes` (AES-NI chosen at run time) and `polyval`

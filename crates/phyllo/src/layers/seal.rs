@@ -9,19 +9,19 @@
 //! carry-less multiplication, AVX, NEON) by the CPU it finds at run time, so one binary is fast
 //! on every x86-64 and aarch64 machine. Keys are expanded once, at initialisation.
 //!
-//! The nonce is predicted, so the post-phases do its share of AES-GCM ahead (van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §3.2),
-//! [`super::gcm`]): after a send, the keystream and tag mask of the next counter; after a
-//! delivery, those of the next counter expected. For a short body the pre-phases, on the
-//! critical path, then only XOR and GHASH; a long one goes through `ring`'s AES-256-GCM
-//! (the same bytes), and so does ChaCha20-Poly1305.
+//! The nonce is predicted, so the post-phases do its share of AES-GCM ahead (van Renesse, "Masking
+//! the Overhead of Protocol Layering" (seed 004 §3.2), [`super::gcm`]): after a send, the keystream
+//! and tag mask of the next counter; after a delivery, those of the next counter expected. For a
+//! short body the pre-phases, on the critical path, then only XOR and GHASH; a long one goes
+//! through `ring`'s AES-256-GCM (the same bytes), and so does ChaCha20-Poly1305.
 //!
-//! Integrated layer processing (Braun and Diot's integrated layer processing (seed 001)) is measured here, not assumed: a body is copied into
-//! its datagram and then sealed in place by `ring`, because `ring`'s AES-256-GCM only works in
-//! place and a copy fused into the one cipher that can be split (the one above) costs more
-//! than the copy saves — the report's `aead.fused_copy_bound.N` (split seal over memcpy plus
-//! `ring`'s seal) is 4-5 at 1 and 8 KiB. What integration does buy a sealed session is that
-//! nothing is zeroed before it is written ([`crate::msg`]) and datagrams reach the kernel back
-//! to back for segmentation offload.
+//! Integrated layer processing (Braun and Diot's integrated layer processing (seed 001)) is
+//! measured here, not assumed: a body is copied into its datagram and then sealed in place by
+//! `ring`, because `ring`'s AES-256-GCM only works in place and a copy fused into the one cipher
+//! that can be split (the one above) costs more than the copy saves — the report's
+//! `aead.fused_copy_bound.N` (split seal over memcpy plus `ring`'s seal) is 4-5 at 1 and 8 KiB.
+//! What integration does buy a sealed session is that nothing is zeroed before it is written
+//! ([`crate::msg`]) and datagrams reach the kernel back to back for segmentation offload.
 //!
 //! Keys: one per direction, this layer's own pair, which the connection derives for the
 //! layer's index from a session's two keys ([`crate::layer::DirectionKeys`]), so the two

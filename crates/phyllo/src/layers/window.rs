@@ -1,9 +1,10 @@
 //! `window`: a sliding-window protocol — reliable, FIFO, exactly-once delivery.
 //!
-//! The basic sliding window of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004 §5) (window of 16 messages by default), in canonical
-//! form. Fields: `kind` (data or ack) and `seq` are protocol-specific (they depend only on
-//! state, so the next ones are predictable); `ack`, the cumulative acknowledgement (the next
-//! sequence number expected from the peer), is gossip, piggybacked on every data message.
+//! The basic sliding window of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004
+//! §5) (window of 16 messages by default), in canonical form. Fields: `kind` (data or ack) and
+//! `seq` are protocol-specific (they depend only on state, so the next ones are predictable);
+//! `ack`, the cumulative acknowledgement (the next sequence number expected from the peer), is
+//! gossip, piggybacked on every data message.
 //!
 //! - Pre-send stamps `seq` and `ack` and keeps a copy of the message for retransmission; if the
 //!   window is full (or older messages wait) it absorbs the message into a bounded backlog.

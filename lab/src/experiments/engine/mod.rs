@@ -1,7 +1,8 @@
-//! `engine`: the receive engine against receive livelock (Mogul and Ramakrishnan, "Eliminating Receive Livelock in an Interrupt-Driven Kernel" (seed 002)), in the deterministic
-//! discrete-event model of a forwarding host (`crate::livelock_model`), which runs the same
-//! `Poller` as the real engine. Costs are the seed's order of magnitude (`Costs::seed`: about
-//! 200 µs of CPU per forwarded packet), so the figures read beside the seed's:
+//! `engine`: the receive engine against receive livelock (Mogul and Ramakrishnan, "Eliminating
+//! Receive Livelock in an Interrupt-Driven Kernel" (seed 002)), in the deterministic discrete-event
+//! model of a forwarding host (`crate::livelock_model`), which runs the same `Poller` as the real
+//! engine. Costs are the seed's order of magnitude (`Costs::seed`: about 200 µs of CPU per
+//! forwarded packet), so the figures read beside the seed's:
 //!
 //! - delivered vs offered rate: 4.2BSD, the engine without a quota, with a quota of 8; through
 //!   `screend` with and without queue-state feedback (Figs. 2, 5, 6);
