@@ -1,11 +1,11 @@
-//! Fuzz a cookie demux's input (`accel::demux::CookieDemux::handle_datagram`): datagrams from the
+//! Fuzz a cookie demux's input (`demux::CookieDemux::handle_datagram`): datagrams from the
 //! network, each prefixed with a one-byte length, into a listening endpoint of sealed
 //! accelerated connections. Nothing panics, nothing is delivered (no datagram can
 //! authenticate), and the connections made for refused datagrams are dropped again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::accel::demux::CookieDemux;
+use phyllo::demux::CookieDemux;
 use phyllo::stack::DynStack;
 use phyllo::{Config, Connection, Time};
 

@@ -1,4 +1,4 @@
-//! Fuzz a session endpoint's input (`session::endpoint::SessionEndpoint::handle_datagram`):
+//! Fuzz a session endpoint's input (`endpoint::SessionEndpoint::handle_datagram`):
 //! datagrams from the network, each prefixed with a one-byte length and a one-byte source,
 //! into a server holding a live session with a client. Nothing panics, no forged datagram is
 //! delivered, no session is made for a datagram that did not authenticate, and the live
@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo::session::endpoint::{Input, SessionEndpoint};
+use phyllo::endpoint::{Input, SessionEndpoint};
 use phyllo::session::StaticKey;
 use phyllo::Time;
 use std::net::SocketAddr;

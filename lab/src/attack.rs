@@ -21,9 +21,7 @@
 //! not deliver everything afterwards.
 
 use phyllo::accel::preamble::{Preamble, PREAMBLE_LEN};
-use phyllo::session::endpoint::{
-    Discard, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER,
-};
+use phyllo::endpoint::{Discard, Event, PeerId, SessionConfig, SessionEndpoint, DATA, DATA_HEADER};
 use phyllo::session::mac::ResponderMacKeys;
 use phyllo::session::{Initiation, StaticKey};
 use phyllo::testing::memlink::Faults;
@@ -118,7 +116,7 @@ pub enum AttackError {
     Handshake(#[from] phyllo::session::HandshakeError),
     /// An endpoint could not be built (the configured stack).
     #[error(transparent)]
-    Endpoint(#[from] phyllo::session::endpoint::EndpointBuildError),
+    Endpoint(#[from] phyllo::endpoint::EndpointBuildError),
 }
 
 /// Run the attack.

@@ -16,7 +16,7 @@
 //! It prints one line and exits 0 when every echo came back; it exits 1 on a wrong echo, or
 //! when the session or an echo takes longer than 5 seconds.
 
-use phyllo::session::endpoint::SessionEndpoint;
+use phyllo::endpoint::SessionEndpoint;
 use phyllo_net::keys;
 use phyllo_net::tokio::{Config, ConnectError, Endpoint};
 use std::error::Error;

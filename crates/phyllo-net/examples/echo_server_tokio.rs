@@ -17,7 +17,7 @@
 //! The first line on standard output is `listening on ADDR public key KEY`; then it serves
 //! until killed.
 
-use phyllo::session::endpoint::SessionEndpoint;
+use phyllo::endpoint::SessionEndpoint;
 use phyllo_net::keys;
 use phyllo_net::tokio::{Connection, ConnectionError, Endpoint};
 use std::error::Error;

@@ -33,6 +33,10 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// [`SessionSocket::rebind`](crate::SessionSocket::rebind) on a socket whose port is its
+    /// peers' address (one made with `bind_dedicating`).
+    #[error("a dedicating socket cannot move to another port")]
+    Rebind,
     /// The stack spec does not build.
     #[error("stack `{spec}`")]
     Stack {

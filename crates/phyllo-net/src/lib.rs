@@ -3,7 +3,7 @@
 //! phyllo comes in three layers, like quinn's `quinn-proto` / `quinn` / `quinn-udp`:
 //!
 //! - `phyllo`, the sans-IO protocol: a
-//!   [`SessionEndpoint`](phyllo::session::endpoint::SessionEndpoint) takes datagrams, timer
+//!   [`SessionEndpoint`](phyllo::endpoint::SessionEndpoint) takes datagrams, timer
 //!   expiries and messages, and hands back datagrams, deliveries and events; it makes no
 //!   system calls and keeps no clock.
 //! - `phyllo-net` (this crate), the runtime: a [`SessionSocket`] holds an endpoint on a UDP
@@ -54,6 +54,6 @@ mod socket;
 pub mod tokio;
 
 pub use error::NetError;
-pub use phyllo::session::endpoint::DEFAULT_STACK;
+pub use phyllo::endpoint::DEFAULT_STACK;
 pub use serve::EngineConfig;
 pub use socket::SessionSocket;

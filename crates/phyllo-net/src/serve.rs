@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 pub struct EngineConfig {
     /// Receive buffers taken off a socket per turn (at least 1).
     pub quota: usize,
-    /// The most of each 10 ms the listening socket may take, in (0, 1]: under a flood of
-    /// strangers' datagrams it waits out the rest of the period (the kernel drops what no
-    /// longer fits) while established peers' own sockets are served.
+    /// The most of each 10 ms the listening sockets may take together, in (0, 1] (split evenly
+    /// between them): under a flood of strangers' datagrams a socket waits out the rest of the
+    /// period (the kernel drops what no longer fits) while established peers' own sockets are
+    /// served.
     pub listen_share: f64,
 }
 
@@ -41,9 +42,11 @@ impl SessionSocket {
     /// receive turn to take what the endpoint delivered and queue answers, which the engine's
     /// transmit source then sends; [`ControlFlow::Break`] ends serving after this turn.
     /// Established peers' dedicated sockets ([`bind_dedicating`](Self::bind_dedicating)) are
-    /// registered as they open and removed as they close; the listening socket gets a quarter of
-    /// the quota per turn and at most `cfg.listen_share` of the CPU, so a flood on it leaves
-    /// established peers served.
+    /// registered as they open and removed as they close; the listening sockets
+    /// ([`listeners`](Self::listeners)) get a quarter of the quota per turn each and at most
+    /// `cfg.listen_share` of the CPU between them, so a flood on them leaves established peers
+    /// served, and a flood from one source, which fills one of them, leaves the others'
+    /// handshakes served too.
     pub fn serve_on_engine<F>(
         &mut self,
         cfg: &EngineConfig,
@@ -61,15 +64,23 @@ impl SessionSocket {
             ..PollConfig::default()
         })
         .map_err(NetError::Engine)?;
-        let rx = engine
-            .add_receive(self.socket())
-            .map_err(NetError::Engine)?;
-        engine
-            .set_quota(rx, (quota / 4).max(1))
-            .map_err(NetError::Engine)?;
-        engine
-            .set_share(rx, cfg.listen_share)
-            .map_err(NetError::Engine)?;
+        // The listening sockets: a quarter of the quota each, and `listen_share` of the CPU
+        // between them.
+        let n = self.listeners();
+        let mut listening: HashMap<SourceId, usize> = HashMap::new();
+        for i in 0..n {
+            let Some(sock) = self.listener(i) else {
+                continue;
+            };
+            let s = engine.add_receive(sock).map_err(NetError::Engine)?;
+            engine
+                .set_quota(s, (quota / 4).max(1))
+                .map_err(NetError::Engine)?;
+            engine
+                .set_share(s, cfg.listen_share / n as f64)
+                .map_err(NetError::Engine)?;
+            listening.insert(s, i);
+        }
         let tx = engine.add_transmit();
         // Dedicated sockets: engine source -> the socket's index, and back.
         let mut own: HashMap<SourceId, usize> = HashMap::new();
@@ -95,16 +106,17 @@ impl SessionSocket {
             let deadline = Instant::now() + wait;
             // A source's turn; its error (the sockets', the application's) stops serving.
             let mut turn = |ctl: &mut Ctl<'_>, s, quota| -> Result<Served, NetError> {
-                if s != rx && !own.contains_key(&s) {
-                    self.flush()?;
-                    return Ok(Served {
-                        handled: 1,
-                        drained: true,
-                    });
-                }
-                let got = match own.get(&s) {
-                    Some(&i) => self.receive_dedicated(i, quota)?,
-                    None => self.receive_some(quota)?,
+                let got = match (own.get(&s), listening.get(&s)) {
+                    (Some(&i), _) => self.receive_dedicated(i, quota)?,
+                    (None, Some(&i)) => self.receive_listener(i, quota)?,
+                    // The transmit source.
+                    (None, None) => {
+                        self.flush()?;
+                        return Ok(Served {
+                            handled: 1,
+                            drained: true,
+                        });
+                    }
                 };
                 if round(self).map_err(NetError::App)?.is_break() {
                     done = true;
@@ -117,7 +129,7 @@ impl SessionSocket {
                 let timer_first = self
                     .next_timer()
                     .is_some_and(|t| Instant::now() + t < deadline);
-                if timer_first || (s == rx && self.has_opened()) {
+                if timer_first || (listening.contains_key(&s) && self.has_opened()) {
                     ctl.stop();
                 }
                 Ok(Served {

@@ -1,11 +1,11 @@
 //! [`SessionSocket`]: a session endpoint on a UDP socket.
 
 use crate::error::NetError;
-use phyllo::session::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
+use phyllo::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
+use phyllo::msg::HEADROOM;
 use phyllo::session::{PublicKey, StaticKey};
-use phyllo::{Connection, Time};
-use phyllo_udp::offload::TxQueue;
-use phyllo_udp::udp::{RecvBatch, UdpLink, MAX_BATCH};
+use phyllo::{Connection, Msg, Time};
+use phyllo_udp::udp::{RecvBufs, UdpLink};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,12 +13,36 @@ use std::time::{Duration, Instant};
 /// Bytes of datagrams a flush queues before it sends them: about sixteen segmented messages.
 const TX_QUEUE_BYTES: usize = 1 << 20;
 
+/// Messages (`recvmmsg` slots) one receive takes at most.
+const RX_SLOTS: usize = 16;
+
+/// Buffers each message of a receive is offered at first: a coalesced run of up to this many
+/// datagrams lands one datagram per buffer (a longer one teaches the batch to offer more).
+/// Seven, and the spill area, make eight iovecs per message: the most the kernel takes without
+/// allocating an array for them on every message (`UIO_FASTIOV`). A sealed 8 KiB message is
+/// six datagrams.
+const RX_PER_SLOT: usize = 7;
+
+/// Listening sockets of a [`SessionSocket::bind_dedicating`] socket: one port, SO_REUSEPORT,
+/// and the kernel spreads strangers' datagrams over them by a hash of their source address
+/// and port, so a flood from one source fills one socket's queue while handshakes from
+/// elsewhere land in the others (with eight, a given client shares the flooded one with
+/// probability 1/8).
+const LISTENING_SOCKETS: usize = 8;
+
 /// The most peers that get a socket of their own (each costs a descriptor); the rest share the
 /// listening socket.
 const MAX_DEDICATED: usize = 512;
 
 /// A session endpoint on a UDP socket: the thin driver between a [`UdpLink`] (batched
 /// `sendmmsg`/`recvmmsg`, segmentation offload) and a sans-IO [`SessionEndpoint`].
+///
+/// Nothing is copied between the socket and the endpoint: datagrams are received into the
+/// endpoint's pooled buffers ([`RecvBufs`] refilled from [`SessionEndpoint::alloc`], one
+/// datagram per buffer, coalesced runs included) and handed over as they are
+/// ([`SessionEndpoint::handle_msg`]); the endpoint's sealed datagrams go to the kernel from the
+/// buffers they were written in ([`SessionEndpoint::poll_transmit_msg`], gathered into
+/// segmented sends by [`UdpLink::send_outgoing`]) and back to its pool.
 ///
 /// It moves datagrams between the two, maps the monotonic clock onto protocol time
 /// ([`now`](Self::now)) and runs the endpoint's timers; everything else — connecting,
@@ -40,10 +64,15 @@ const MAX_DEDICATED: usize = 512;
 pub struct SessionSocket {
     ep: SessionEndpoint,
     link: UdpLink,
-    batch: RecvBatch,
+    /// More listening sockets on the same port ([`LISTENING_SOCKETS`]), when dedicating.
+    listeners: Vec<UdpLink>,
+    /// Receive buffers: the endpoint's, one datagram each.
+    rx: RecvBufs,
     /// Protocol time zero.
     epoch: Instant,
-    tx: TxQueue,
+    /// Datagrams to send, in the endpoint's buffers, and their bytes.
+    tx: Vec<(SocketAddr, Msg)>,
+    tx_bytes: usize,
     /// Busy-poll instead of sleeping in the kernel.
     busy: bool,
     /// Peers that received data since the caller last took this list.
@@ -117,9 +146,16 @@ impl SessionSocket {
             source,
         })?;
         let mut socket = SessionSocket::with_link(link, key, allowed, stack, accelerate)?;
-        // The listening socket now takes handshakes and strays: one datagram per buffer, so a
+        // The listening sockets now take handshakes and strays: one datagram per buffer, so a
         // receive quota counts datagrams (coalesced junk would make one buffer a flood).
         let _ = socket.link.set_gro(false);
+        for _ in 1..LISTENING_SOCKETS {
+            // One that cannot be made (descriptors exhausted) leaves the others.
+            if let Ok(l) = UdpLink::bind_shared(local) {
+                let _ = l.set_recv_buffer_size(8 << 20);
+                socket.listeners.push(l);
+            }
+        }
         socket.dedicating = true;
         Ok(socket)
     }
@@ -131,7 +167,8 @@ impl SessionSocket {
         stack: &str,
         accelerate: bool,
     ) -> Result<SessionSocket, NetError> {
-        // Coalesced receives where the kernel has them: the batch's 64 KiB buffers take any.
+        // Coalesced receives where the kernel has them: the receive buffers learn the runs'
+        // segment size, and each message's spill area takes what does not fit them.
         let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
@@ -156,9 +193,11 @@ impl SessionSocket {
         Ok(SessionSocket {
             ep,
             link,
-            batch: RecvBatch::new(MAX_BATCH, 65_536),
+            listeners: Vec::new(),
+            rx: RecvBufs::new(RX_SLOTS, RX_PER_SLOT, HEADROOM),
             epoch: Instant::now(),
-            tx: TxQueue::new(),
+            tx: Vec::new(),
+            tx_bytes: 0,
             busy: false,
             readable: Vec::new(),
             dedicated: Vec::new(),
@@ -209,27 +248,42 @@ impl SessionSocket {
         Time(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Send everything the endpoint has to send: datagrams are written back to back into one
-    /// queue, whose runs go to the kernel as segmented messages where it can
-    /// ([`phyllo_udp::offload`]).
+    /// Send everything the endpoint has to send: its datagrams are taken in the buffers they
+    /// were sealed in, and their runs go to the kernel from there as segmented messages where
+    /// it can ([`phyllo_udp::offload`]); then the buffers go back to the endpoint.
     ///
     /// A datagram the network refuses (no route, unreachable peer) is a loss the protocol
     /// recovers from, not an error: this does not fail today, and returns a `Result` so that
     /// it may.
     pub fn flush(&mut self) -> Result<(), NetError> {
         loop {
-            while self.tx.bytes() < TX_QUEUE_BYTES
-                && self.tx.push_with(|b| self.ep.poll_transmit_append(b))
-            {}
+            while self.tx_bytes < TX_QUEUE_BYTES {
+                let Some((to, m)) = self.ep.poll_transmit_msg() else {
+                    break;
+                };
+                self.tx_bytes += m.len();
+                self.tx.push((to, m));
+            }
             if self.tx.is_empty() {
                 return Ok(());
             }
-            while !self.tx.is_empty() {
+            let mut done = 0;
+            while done < self.tx.len() {
                 // A datagram the network refuses (no route, unreachable peer) is a loss the
                 // protocol recovers from; the link counts it and the rest still go.
-                let _ = self.link.send_queue(&mut self.tx);
+                let _ = self.link.send_outgoing(&self.tx, &mut done);
             }
+            for (_, m) in self.tx.drain(..) {
+                self.ep.recycle(m);
+            }
+            self.tx_bytes = 0;
         }
+    }
+
+    /// Put the endpoint's buffers where the last receive's datagrams were taken.
+    fn refill(&mut self) {
+        let ep = &mut self.ep;
+        self.rx.refill(|| ep.alloc().into_parts().0);
     }
 
     /// One round: send, wait for input at most `wait` (or until the endpoint's next timer),
@@ -242,17 +296,18 @@ impl SessionSocket {
             Some(t) => wait.min(t - now),
             None => wait,
         };
+        self.refill();
         let mut got = if self.busy {
             self.link
-                .recv_busy(&mut self.batch, Instant::now() + wait)
+                .recv_busy(&mut self.rx, Instant::now() + wait)
                 .map_err(NetError::Receive)?
         } else if wait.is_zero() {
             self.link
-                .try_recv(&mut self.batch)
+                .try_recv(&mut self.rx)
                 .map_err(NetError::Receive)?
         } else {
             self.link
-                .recv_timeout(&mut self.batch, Some(wait.max(Duration::from_micros(50))))
+                .recv_timeout(&mut self.rx, Some(wait.max(Duration::from_micros(50))))
                 .or_else(|e| match e.kind() {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(0),
                     _ => Err(e),
@@ -268,9 +323,10 @@ impl SessionSocket {
                 break;
             }
             self.flush()?;
+            self.refill();
             got = self
                 .link
-                .try_recv(&mut self.batch)
+                .try_recv(&mut self.rx)
                 .map_err(NetError::Receive)?;
         }
         self.timers()?;
@@ -284,12 +340,18 @@ impl SessionSocket {
         let now = self.now();
         let mut n = 0;
         let mut newcomers = Vec::new();
-        for (d, from) in self.batch.datagrams() {
+        loop {
+            let ep = &mut self.ep;
+            let Some(d) = self.rx.pop(|| ep.alloc().into_parts().0) else {
+                break;
+            };
             n += 1;
-            let Some(from) = from else {
+            let m = Msg::from_parts(d.buf, d.data);
+            let Some(from) = d.from else {
+                self.ep.recycle(m);
                 continue;
             };
-            if let Input::Data(p) = self.ep.handle_datagram(now, from, d) {
+            if let Input::Data(p) = self.ep.handle_msg(now, from, m) {
                 push_once(&mut self.readable, p);
                 if shared && self.dedicating && !newcomers.contains(&(p, from)) {
                     newcomers.push((p, from));
@@ -363,7 +425,9 @@ impl SessionSocket {
         let Some(Some((_, link))) = self.dedicated.get_mut(i) else {
             return Ok(0);
         };
-        match link.try_recv_some(&mut self.batch, max) {
+        let ep = &mut self.ep;
+        self.rx.refill(|| ep.alloc().into_parts().0);
+        match link.try_recv_some(&mut self.rx, max) {
             Ok(got) => {
                 if got > 0 {
                     self.handle_batch(false);
@@ -399,9 +463,59 @@ impl SessionSocket {
     /// datagrams to the endpoint (the receive engine's callback: the rest stays in the socket);
     /// how many buffers were taken.
     pub fn receive_some(&mut self, max: usize) -> Result<usize, NetError> {
-        let got = self
-            .link
-            .try_recv_some(&mut self.batch, max)
+        self.receive_listener(0, max)
+    }
+
+    /// Move to a new socket on a new local port (same address): a client whose handshakes go
+    /// unanswered may be hashed onto a server's flooded listening socket (see
+    /// [`bind_dedicating`](Self::bind_dedicating)) or sit behind a stale NAT mapping, and a
+    /// new source port gets it another. Sessions carry on (a server learns the new address
+    /// from the next authenticated datagram); what was queued is sent first. Not for a
+    /// dedicating socket, whose port is its address: [`NetError::Rebind`].
+    pub fn rebind(&mut self) -> Result<SocketAddr, NetError> {
+        if self.dedicating {
+            return Err(NetError::Rebind);
+        }
+        self.flush()?;
+        let addr = SocketAddr::new(self.link.local_addr().ip(), 0);
+        let mut link = UdpLink::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        let _ = link.set_gro(true);
+        let _ = link.set_recv_buffer_size(8 << 20);
+        let _ = link.set_send_buffer_size(8 << 20);
+        self.link = link;
+        Ok(self.link.local_addr())
+    }
+
+    /// How many listening sockets there are: one, or with
+    /// [`bind_dedicating`](Self::bind_dedicating) several on the same port, among which the
+    /// kernel spreads strangers' datagrams by source, so a flood from one source fills one of
+    /// them. A receive engine serves each ([`listener`](Self::listener),
+    /// [`receive_listener`](Self::receive_listener)).
+    pub fn listeners(&self) -> usize {
+        1 + self.listeners.len()
+    }
+
+    /// Listening socket `i` (0: [`socket`](Self::socket)), for registering with a receive
+    /// engine.
+    pub fn listener(&self, i: usize) -> Option<&UdpLink> {
+        match i {
+            0 => Some(&self.link),
+            _ => self.listeners.get(i - 1),
+        }
+    }
+
+    /// Like [`receive_some`](Self::receive_some), from listening socket `i`.
+    pub fn receive_listener(&mut self, i: usize, max: usize) -> Result<usize, NetError> {
+        self.refill();
+        let link = match i {
+            0 => &mut self.link,
+            _ => match self.listeners.get_mut(i - 1) {
+                Some(l) => l,
+                None => return Ok(0),
+            },
+        };
+        let got = link
+            .try_recv_some(&mut self.rx, max)
             .map_err(NetError::Receive)?;
         if got > 0 {
             self.handle_batch(true);
@@ -430,5 +544,15 @@ impl SessionSocket {
     /// The listening socket (for registering with a receive engine).
     pub fn socket(&self) -> &UdpLink {
         &self.link
+    }
+
+    /// Received datagrams so far that were copied on their way from the socket to the
+    /// endpoint, because they did not land alone in one receive buffer: a datagram longer than
+    /// the buffers had learnt to offer, or one of a coalesced run of small ones
+    /// (acknowledgements, under 512 bytes), which are copied out rather than shrink the
+    /// buffers ([`RecvBufs::joined`]). Every other datagram is handed over in the buffer the
+    /// kernel wrote it into.
+    pub fn copied_on_receive(&self) -> u64 {
+        self.rx.joined()
     }
 }

@@ -31,7 +31,7 @@
 //! connection are dropped, or when its runtime shuts down.
 //!
 //! ```no_run
-//! use phyllo::session::endpoint::SessionEndpoint;
+//! use phyllo::endpoint::SessionEndpoint;
 //! use phyllo::session::StaticKey;
 //! use phyllo_net::tokio::Endpoint;
 //!
@@ -58,9 +58,7 @@ use crate::socket::push_once;
 use ::tokio::net::UdpSocket;
 use ::tokio::sync::{mpsc, oneshot, Notify};
 use ::tokio::time::Instant;
-use phyllo::session::endpoint::{
-    EndReason, Event, Input, PeerId, SessionEndpoint, SessionSendError,
-};
+use phyllo::endpoint::{EndReason, Event, Input, PeerId, SessionEndpoint, SessionSendError};
 use phyllo::session::PublicKey;
 use phyllo::{LayerSet, Role, Time};
 use std::collections::{HashMap, VecDeque};
@@ -73,7 +71,7 @@ use std::time::Duration;
 const RECV_BURST: usize = 64;
 
 /// Settings of an [`Endpoint`] (the session endpoint's own are in its
-/// [`SessionConfig`](phyllo::session::endpoint::SessionConfig)).
+/// [`SessionConfig`](phyllo::endpoint::SessionConfig)).
 #[derive(Clone, Debug)]
 pub struct Config {
     /// How long [`Endpoint::connect`] waits for a session before it gives up (10 s).

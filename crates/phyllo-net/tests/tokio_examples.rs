@@ -2,7 +2,7 @@
 //! blocking ones, in two processes on 127.0.0.1, and two endpoints in one process.
 //! `cargo test` builds the examples (with the `tokio` feature) before it runs this.
 
-use phyllo::session::endpoint::{EndReason, SessionConfig, SessionEndpoint};
+use phyllo::endpoint::{EndReason, SessionConfig, SessionEndpoint};
 use phyllo::session::StaticKey;
 use phyllo_net::keys;
 use phyllo_net::tokio::{Config, ConnectError, ConnectionError, Endpoint};

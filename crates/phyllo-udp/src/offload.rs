@@ -8,10 +8,17 @@
 //! to the kernel as one message with a `UDP_SEGMENT` control message naming the segment size,
 //! up to [`MAX_BATCH`](crate::udp::MAX_BATCH) runs per `sendmmsg`; the kernel cuts the run
 //! into datagrams as late as it can (on loopback, a receiver with GRO on takes the run whole).
+//! Datagrams that already lie in buffers of their own (a protocol's sealed datagrams) need not
+//! be copied into a queue: [`UdpLink::send_outgoing`] sends an [`Outgoing`] list the same way,
+//! each run as one message whose iovecs are the datagrams themselves — the kernel concatenates
+//! them and cuts the whole at the segment size, so only the run's shape matters, not where its
+//! datagrams lie.
 //!
 //! Receiving: with [`UdpLink::set_gro`] the kernel may hand over several datagrams of one
 //! flow in one buffer, with a `UDP_GRO` control message naming their size;
-//! [`RecvBatch::datagrams`](crate::udp::RecvBatch::datagrams) cuts them apart again.
+//! [`RecvBatch::datagrams`](crate::udp::RecvBatch::datagrams) cuts them apart again, and a
+//! [`RecvBufs`](crate::udp::RecvBufs) offers buffers of the segment size so that each lands
+//! in a buffer of its own.
 //!
 //! Where the kernel cannot segment (no `UDP_SEGMENT` before Linux 4.18; `EIO` from a device
 //! without checksum offload), the link sends every datagram of a run as its own message and
@@ -20,6 +27,7 @@
 //! the kernel is entered.
 //!
 //! [`UdpLink::send_queue`]: crate::udp::UdpLink::send_queue
+//! [`UdpLink::send_outgoing`]: crate::udp::UdpLink::send_outgoing
 //! [`UdpLink::set_gro`]: crate::udp::UdpLink::set_gro
 
 use std::net::SocketAddr;
@@ -36,6 +44,42 @@ pub const MAX_SEGMENTS: usize = 64;
 /// libraries).
 pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 pub(crate) const UDP_GRO: libc::c_int = 104;
+
+/// Datagrams the caller owns, each in a buffer of its own with its destination, in the order
+/// they go: what [`UdpLink::send_outgoing`](crate::udp::UdpLink::send_outgoing) sends as they
+/// lie, grouped into runs like a [`TxQueue`]'s.
+pub trait Outgoing {
+    /// How many.
+    fn len(&self) -> usize;
+
+    /// Datagram `i` (below [`len`](Self::len)): its destination and bytes.
+    fn get(&self, i: usize) -> (SocketAddr, &[u8]);
+
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T: AsRef<[u8]>> Outgoing for [(SocketAddr, T)] {
+    fn len(&self) -> usize {
+        <[(SocketAddr, T)]>::len(self)
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
+        (self[i].0, self[i].1.as_ref())
+    }
+}
+
+impl<T: AsRef<[u8]>> Outgoing for Vec<(SocketAddr, T)> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn get(&self, i: usize) -> (SocketAddr, &[u8]) {
+        (self[i].0, self[i].1.as_ref())
+    }
+}
 
 /// Consecutive datagrams to one destination, all `segment` bytes long except the last:
 /// `buf[start..end]` of the queue.

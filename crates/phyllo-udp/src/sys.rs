@@ -4,7 +4,6 @@
 //! code over these functions.
 
 use crate::offload::{UDP_GRO, UDP_SEGMENT};
-use crate::udp::{RecvBatch, MAX_BATCH};
 use socket2::SockAddr;
 use std::io;
 use std::mem::{self, MaybeUninit};
@@ -12,11 +11,88 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ops::Range;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+/// The most datagrams one `sendmmsg`/`recvmmsg` call moves (the batch arrays live on the stack).
+pub const MAX_BATCH: usize = 64;
+
+/// The most buffers one receive offers the kernel (iovecs on the stack): `RecvBufs` lays its
+/// slots out within it.
+pub(crate) const MAX_IOVS: usize = 1024;
+
+// What a receive target (`RecvBatch`, `RecvBufs`) gives the receive calls and they fill in:
+// the public `RecvTarget` is sealed by this trait, which nobody outside the crate can name.
+
+/// The iovecs of one receive.
+pub type Iovs = [MaybeUninit<libc::iovec>; MAX_IOVS];
+/// Per message of one receive: its first iovec and how many.
+pub type Spans = [(usize, usize); MAX_BATCH];
+
+/// What a receive says about each message: lengths, truncation, sources, control
+/// messages.
+pub struct Meta {
+    pub lens: Vec<usize>,
+    pub truncated: Vec<bool>,
+    pub names: Vec<libc::sockaddr_storage>,
+    /// Per slot: the size of the datagrams the kernel coalesced into it (`UDP_GRO`), 0
+    /// for one datagram.
+    pub segments: Vec<usize>,
+    /// Per slot: room for the control messages.
+    pub controls: Vec<Control>,
+    /// Whether the last receive asked for control messages (GRO or drop counts).
+    pub controls_on: bool,
+    /// The kernel's drop counter as the last receive reported it.
+    pub kernel_drops: Option<u32>,
+    pub filled: usize,
+    /// Set when the last receive was on a connected link: every datagram came from this
+    /// peer, and the kernel was not asked for the source addresses.
+    pub peer: Option<SocketAddr>,
+}
+
+impl Meta {
+    pub(crate) fn new(slots: usize) -> Meta {
+        Meta {
+            lens: vec![0; slots],
+            truncated: vec![false; slots],
+            names: vec![zeroed_storage(); slots],
+            segments: vec![0; slots],
+            controls: vec![Control::default(); slots],
+            controls_on: false,
+            kernel_drops: None,
+            filled: 0,
+            peer: None,
+        }
+    }
+
+    /// Where message `i` of the last receive came from.
+    pub(crate) fn source(&self, i: usize) -> Option<SocketAddr> {
+        if i >= self.filled {
+            None
+        } else if self.peer.is_some() {
+            self.peer
+        } else {
+            storage_to_addr(&self.names[i])
+        }
+    }
+}
+
+/// A receive's buffers.
+pub trait Target {
+    fn meta(&mut self) -> &mut Meta;
+    fn meta_ref(&self) -> &Meta;
+    /// Write the iovecs of up to `max` messages into `iovs` (each message's first one and
+    /// count into `spans`); how many messages. The iovecs point at buffers that stay put
+    /// until the next call of anything but `meta`.
+    fn layout(&mut self, max: usize, iovs: &mut Iovs, spans: &mut Spans) -> usize;
+    /// How many datagrams message `i` of the last receive holds.
+    fn count(&self, i: usize) -> usize;
+    /// The kernel filled the first `n` messages (their `meta` is set).
+    fn received(&mut self, n: usize);
+}
+
 /// Room for the control messages of one datagram — `UDP_GRO` and `SO_RXQ_OVFL`, each an
 /// integer (`CMSG_SPACE(4)` is 24 bytes on 64-bit Linux) — aligned as a `cmsghdr`.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-pub(crate) struct Control([u8; 64]);
+pub struct Control(pub(crate) [u8; 64]);
 
 impl Default for Control {
     fn default() -> Control {
@@ -36,11 +112,13 @@ pub(super) fn set_socket_option(
     set_option(fd, libc::SOL_SOCKET, option, value)
 }
 
-/// One message of a `send_pieces`: `buf[range]`, cut by the kernel into datagrams of
-/// `segment` bytes when `segment > 0`.
+/// One message of a `send_pieces`: `range` of what is sent (bytes of a queue's buffer,
+/// or datagrams of a list), in `iovs` pieces of memory, cut by the kernel into datagrams
+/// of `segment` bytes when `segment > 0`.
 #[derive(Clone, Debug)]
 pub(crate) struct Piece {
     pub(crate) range: Range<usize>,
+    pub(crate) iovs: usize,
     pub(crate) segment: usize,
     pub(crate) datagrams: usize,
     pub(crate) to: SocketAddr,
@@ -80,44 +158,54 @@ fn set_option(
     }
 }
 
-/// Send `pieces` (at most `MAX_BATCH`) of `buf`: one `sendmmsg` when `batching`, else one
-/// `sendmsg` per piece until one fails. A piece to the connected `peer` is sent without an
-/// address; a segmented piece carries a `UDP_SEGMENT` control message. Returns how many
-/// pieces the kernel took.
-pub(super) fn send_pieces(
+/// Send `pieces` (at most `MAX_BATCH`, with at most `MAX_IOVS` iovecs in all): one
+/// `sendmmsg` when `batching`, else one `sendmsg` per piece until one fails. Piece `p`'s
+/// `k`-th iovec is `slice(p, k)`. A piece to the connected `peer` is sent without an
+/// address; a segmented piece carries a `UDP_SEGMENT` control message (the kernel
+/// concatenates its iovecs and cuts the whole into segments). Returns how many pieces
+/// the kernel took.
+pub(super) fn send_pieces<'a>(
     fd: BorrowedFd<'_>,
-    buf: &[u8],
     pieces: &[Piece],
+    slice: impl Fn(&Piece, usize) -> &'a [u8],
     peer: Option<SocketAddr>,
     flags: libc::c_int,
     batching: bool,
 ) -> io::Result<usize> {
-    let n = pieces.len().min(MAX_BATCH);
-    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_IOVS];
     let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
     let mut names: [Option<SockAddr>; MAX_BATCH] = [const { None }; MAX_BATCH];
     let mut controls = [Control::default(); MAX_BATCH];
-    for (i, p) in pieces.iter().take(n).enumerate() {
-        let data = &buf[p.range.clone()];
-        let iov = iovs[i].write(libc::iovec {
-            // The kernel only reads through iov_base for a send.
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        });
+    let mut at = 0;
+    let mut n = 0;
+    for (i, p) in pieces.iter().take(MAX_BATCH).enumerate() {
+        if at + p.iovs > MAX_IOVS {
+            break;
+        }
+        for k in 0..p.iovs {
+            let data = slice(p, k);
+            iovs[at + k].write(libc::iovec {
+                // The kernel only reads through iov_base for a send.
+                iov_base: data.as_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            });
+        }
+        let iov = iovs[at..at + p.iovs].as_mut_ptr().cast::<libc::iovec>();
         let (name, namelen) = if Some(p.to) == peer {
             (std::ptr::null_mut(), 0)
         } else {
             let a = names[i].insert(SockAddr::from(p.to));
             (a.as_ptr() as *mut libc::c_void, a.len())
         };
-        let mut h = mmsghdr(iov, name, namelen);
+        let mut h = mmsghdr_n(iov, p.iovs, name, namelen);
+        at += p.iovs;
         if p.segment > 0 {
             let size = u16::try_from(p.segment).unwrap_or(u16::MAX);
             h.msg_hdr.msg_control = controls[i].0.as_mut_ptr().cast();
             // SAFETY: CMSG_SPACE only computes a size.
             h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
-            // SAFETY: msg_control points at `controls[i]` (32 bytes, aligned for a
-            // cmsghdr), and msg_controllen = CMSG_SPACE(2) <= 32, so CMSG_FIRSTHDR
+            // SAFETY: msg_control points at `controls[i]` (64 bytes, aligned for a
+            // cmsghdr), and msg_controllen = CMSG_SPACE(2) <= 64, so CMSG_FIRSTHDR
             // returns a header inside it with room for CMSG_LEN(2) bytes; the u16 is
             // written unaligned into its data.
             unsafe {
@@ -129,6 +217,7 @@ pub(super) fn send_pieces(
             }
         }
         msgs[i].write(h);
+        n += 1;
     }
     if n == 0 {
         return Ok(0);
@@ -136,8 +225,8 @@ pub(super) fn send_pieces(
     if !batching {
         for (i, m) in msgs.iter_mut().take(n).enumerate() {
             // SAFETY: the first `n` headers were initialised above; each points at its
-            // iovec, name and control message, all on this frame or borrowed from `buf`
-            // and alive for the call; the kernel only reads them.
+            // iovecs, name and control message, all on this frame, and the iovecs at data
+            // borrowed for `'a` (alive for the call); the kernel only reads them.
             let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &m.assume_init_mut().msg_hdr, flags) };
             if r < 0 {
                 return if i == 0 {
@@ -150,7 +239,7 @@ pub(super) fn send_pieces(
         return Ok(n);
     }
     // The first `n` headers point at iovecs, names and control messages on this frame and
-    // at data borrowed from `buf`, all alive for the call.
+    // the iovecs at data borrowed for `'a`, all alive for the call.
     sendmmsg(fd, &mut msgs, n, flags)
 }
 
@@ -192,10 +281,23 @@ fn mmsghdr(
     name: *mut libc::c_void,
     namelen: libc::socklen_t,
 ) -> libc::mmsghdr {
+    mmsghdr_n(iov, 1, name, namelen)
+}
+
+/// The header of one message in the `count` iovecs at `iov`, to or from `name` (null for
+/// the connected peer), everything else zero.
+// `msg_iovlen` is a `size_t` in glibc and an `int` in musl.
+#[allow(clippy::unnecessary_cast)]
+fn mmsghdr_n(
+    iov: *mut libc::iovec,
+    count: usize,
+    name: *mut libc::c_void,
+    namelen: libc::socklen_t,
+) -> libc::mmsghdr {
     // SAFETY: mmsghdr is plain old data; all zeros (null pointers, zero lengths) is valid.
     let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
     h.msg_hdr.msg_iov = iov;
-    h.msg_hdr.msg_iovlen = 1;
+    h.msg_hdr.msg_iovlen = count as _;
     h.msg_hdr.msg_name = name;
     h.msg_hdr.msg_namelen = namelen;
     h
@@ -258,60 +360,62 @@ fn sendmmsg(
     }
 }
 
-/// One `recvmmsg` into the first `max` slots of `batch`; sets lengths, truncation flags,
-/// sources and what the control messages say.
+/// One `recvmmsg` into the first `max` messages of `batch` (as its `layout` lays them
+/// out); sets lengths, truncation flags, sources and what the control messages say.
 pub(super) fn recv_mmsg(
     fd: BorrowedFd<'_>,
-    batch: &mut RecvBatch,
+    batch: &mut impl Target,
     flags: libc::c_int,
     max: usize,
 ) -> io::Result<usize> {
-    let cap = batch.capacity;
-    // Only the first `n` entries are written (callgrind: zeroing all MAX_BATCH headers
-    // was 30 % of the user-space instructions of a blocking ping-pong).
-    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+    // Only the first entries are written (callgrind: zeroing all MAX_BATCH headers was
+    // 30 % of the user-space instructions of a blocking ping-pong).
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_IOVS];
+    let mut spans = [(0, 0); MAX_BATCH];
     let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
-    let mut n = 0;
+    let n = batch.layout(max, &mut iovs, &mut spans).min(MAX_BATCH);
+    let meta = batch.meta();
     // No source addresses from a connected link (see `UdpLink::recv_inner`).
-    let want_names = batch.peer.is_none();
-    let controls_on = batch.controls_on;
-    for (((chunk, name), control), (iov, msg)) in batch
-        .buf
-        .chunks_exact_mut(cap)
-        .zip(batch.names.iter_mut())
-        .zip(batch.controls.iter_mut())
-        .zip(iovs.iter_mut().zip(msgs.iter_mut()))
-        .take(max)
+    let want_names = meta.peer.is_none();
+    let controls_on = meta.controls_on;
+    for (i, ((name, control), msg)) in meta
+        .names
+        .iter_mut()
+        .zip(meta.controls.iter_mut())
+        .zip(msgs.iter_mut())
+        .take(n)
+        .enumerate()
     {
-        let iov = iov.write(libc::iovec {
-            iov_base: chunk.as_mut_ptr().cast(),
-            iov_len: chunk.len(),
-        });
+        let (first, count) = spans[i];
+        let iov = iovs[first..first + count]
+            .as_mut_ptr()
+            .cast::<libc::iovec>();
         let mut h = if want_names {
-            mmsghdr(
+            mmsghdr_n(
                 iov,
+                count,
                 (name as *mut libc::sockaddr_storage).cast(),
                 mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
             )
         } else {
-            mmsghdr(iov, std::ptr::null_mut(), 0)
+            mmsghdr_n(iov, count, std::ptr::null_mut(), 0)
         };
         if controls_on {
             h.msg_hdr.msg_control = control.0.as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = control.0.len() as _;
         }
         msg.write(h);
-        n += 1;
     }
     // SAFETY: `fd` is an open socket borrowed for the call. The first `n` headers are
-    // initialised and point at `iovs` (on this stack frame), each iovec at a distinct
-    // `cap`-byte chunk of `batch.buf`, and each name either null (length 0: no address
-    // wanted) or at a distinct `sockaddr_storage` of `batch.names` with its true size;
-    // `batch` is mutably borrowed for the whole call; each control buffer (if any) is a
-    // distinct `Control` of `batch.controls` with its true size.
-    // The kernel reads at most `n` headers (never the uninitialised rest), and writes at
-    // most `iov_len` bytes per buffer, `msg_namelen` bytes per name and `msg_controllen`
-    // bytes per control buffer. A null timeout means none.
+    // initialised and point at their spans of `iovs` (on this stack frame), which
+    // `layout` initialised: each iovec at a distinct region of a buffer of `batch`
+    // (one of its own, or a buffer it reserved room in) that nothing touches until the
+    // call returns. Each name is either null (length 0: no address wanted) or a distinct
+    // `sockaddr_storage` of `meta.names` with its true size; each control buffer (if
+    // any) a distinct `Control` of `meta.controls` with its true size. The kernel reads
+    // at most `n` headers (never the uninitialised rest), and writes at most `iov_len`
+    // bytes per iovec, `msg_namelen` bytes per name and `msg_controllen` bytes per
+    // control buffer. A null timeout means none.
     let r = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -328,15 +432,43 @@ pub(super) fn recv_mmsg(
     for (i, m) in msgs.iter().take(r).enumerate() {
         // SAFETY: the first `n >= r` headers were initialised above.
         let m = unsafe { m.assume_init_ref() };
-        batch.lens[i] = m.msg_len as usize;
-        batch.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        meta.lens[i] = m.msg_len as usize;
+        meta.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let (segment, drops) = controls(&m.msg_hdr);
-        batch.segments[i] = segment;
+        meta.segments[i] = segment;
         if drops.is_some() {
-            batch.kernel_drops = drops;
+            meta.kernel_drops = drops;
         }
     }
     Ok(r)
+}
+
+/// One `recvmsg` into `iovs` (which the caller initialised, pointing at buffers it holds
+/// for the call): the bytes received and whether the datagram was longer.
+pub(super) fn recv_msg(
+    fd: BorrowedFd<'_>,
+    iovs: &mut [MaybeUninit<libc::iovec>],
+    name: Option<&mut libc::sockaddr_storage>,
+    flags: libc::c_int,
+) -> io::Result<(usize, bool)> {
+    let (name, namelen) = match name {
+        Some(n) => (
+            (n as *mut libc::sockaddr_storage).cast(),
+            mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        ),
+        None => (std::ptr::null_mut(), 0),
+    };
+    let mut h = mmsghdr_n(iovs.as_mut_ptr().cast(), iovs.len(), name, namelen);
+    // SAFETY: `fd` is an open socket; the header points at `iovs` (initialised by the
+    // caller, each at a buffer region it holds for the call) and at the name (if any), an
+    // exclusive borrow with its true size; the kernel writes at most `iov_len` bytes per
+    // iovec and `msg_namelen` bytes of name.
+    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut h.msg_hdr, flags) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok((r as usize, h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0))
+    }
 }
 
 /// One `recvfrom`; returns the datagram's full length (`MSG_TRUNC`), which exceeds

@@ -389,7 +389,7 @@ impl<S: LayerSet> Connection<S> {
 
     /// Give back memory an idle connection does not need (spare queue capacity, pooled
     /// buffers, the window's out-of-order slots); the next traffic allocates again. A
-    /// [`SessionEndpoint`](crate::session::endpoint::SessionEndpoint) calls it on sessions
+    /// [`SessionEndpoint`](crate::endpoint::SessionEndpoint) calls it on sessions
     /// idle for a while.
     pub fn shrink(&mut self) {
         if let Some(pa) = self.pa.as_deref_mut() {
@@ -593,6 +593,15 @@ impl<S: LayerSet> Connection<S> {
         self.core.pool().alloc()
     }
 
+    /// An idle buffer of the connection's pool, if it holds one (never allocates): a driver
+    /// that moves buffers between the connection and pools of its own (a
+    /// [`SessionEndpoint`](crate::endpoint::SessionEndpoint) giving it received
+    /// datagrams, taking its datagrams to send) takes one back for each it gave, so neither
+    /// side runs dry.
+    pub fn spare(&mut self) -> Option<Msg> {
+        self.core.pool().take()
+    }
+
     /// The buffer pool (for drivers and counting tests).
     pub fn pool(&self) -> &Pool {
         self.core.pool_ref()
@@ -626,7 +635,7 @@ impl<S: LayerSet> Connection<S> {
     }
 
     /// Stop telling the peer that its cookie is known, so it keeps sending the
-    /// identification: used by an [`CookieDemux`](crate::accel::demux::CookieDemux) that found the
+    /// identification: used by an [`CookieDemux`](crate::demux::CookieDemux) that found the
     /// cookie shared by two connections.
     pub fn block_cookie_ack(&mut self) {
         if let Some(pa) = self.pa.as_deref_mut() {

@@ -15,8 +15,8 @@
 //!   ([`Connection::from_spec`]) or monomorphized ([`stack!`]). Its contract — what an event loop
 //!   calls, and when — is at the top of [`conn`].
 //! - Many peers on one socket, with handshakes, fresh keys per session, restarts, rekeys and
-//!   a written reliability contract: [`session::endpoint::SessionEndpoint`], made with
-//!   [`SessionEndpoint::builder`](session::endpoint::SessionEndpoint::builder).
+//!   a written reliability contract: [`endpoint::SessionEndpoint`], made with
+//!   [`SessionEndpoint::builder`](endpoint::SessionEndpoint::builder).
 //! - A stack with `seal` needs keys, and they come only from a session's handshake
 //!   ([`Config::with_session`]), or, for two ends in one process, from [`Config::pair`].
 //!
@@ -61,7 +61,7 @@
 //! socket and calls `handle_timeout` when `poll_timeout` says):
 //!
 //! ```
-//! use phyllo::session::endpoint::{Event, SessionEndpoint};
+//! use phyllo::endpoint::{Event, SessionEndpoint};
 //! use phyllo::session::StaticKey;
 //! use phyllo::Time;
 //! use std::net::SocketAddr;
@@ -99,6 +99,8 @@
 
 pub mod accel;
 pub mod conn;
+pub mod demux;
+pub mod endpoint;
 pub mod faults;
 pub mod field;
 pub mod filter;
@@ -123,13 +125,14 @@ pub use accel::FastPathCheck;
 pub use conn::{
     BuildError, Config, Connection, DynConnection, Received, Refusal, SendError, Stats,
 };
+pub use endpoint::{
+    Discard, EndReason, EndpointBuildError, Event, Input, PeerId, PeerStats, SendMsgError,
+    SessionConfig, SessionEndpoint, SessionEndpointBuilder, SessionEndpointStats, SessionSendError,
+    DEFAULT_STACK,
+};
 pub use layer::{Layer, Role};
 pub use msg::{Msg, Pool};
 pub use poller::{PollConfig, Poller};
-pub use session::endpoint::{
-    Discard, EndReason, EndpointBuildError, Event, Input, PeerId, PeerStats, SessionConfig,
-    SessionEndpoint, SessionEndpointBuilder, SessionEndpointStats, SessionSendError, DEFAULT_STACK,
-};
 pub use session::{KeyParseError, PublicKey, SessionKeys, StaticKey};
 pub use stack::{LayerSet, SpecError};
 pub use time::Time;

@@ -5,8 +5,42 @@
 //! (the counting-allocator test in `tests/alloc.rs` proves it). A `Msg` owns its storage; it
 //! goes back to its pool with [`Pool::free`] (a connection's `recycle`). A message that is
 //! dropped instead is simply deallocated: nothing leaks, the pool just allocates anew.
+//!
+//! # Counting copies
+//!
+//! [`copied_bytes`] counts, per thread, every byte of message content copied from one buffer
+//! into another: whatever [`Msg::extend_from_slice`] appends (and so [`Msg::from_slice`],
+//! [`Msg::set`], [`Pool::alloc_copy`], a layer's retransmission copy, a fragment cut from its
+//! message), a message cloned, a message moved to grow its headroom, fragments copied into a
+//! reassembly, and the copies the session endpoint makes outside `Msg` (a datagram copied
+//! into a driver's `Vec`, a message handed back as a `Vec`). Headers and trailers a layer
+//! *writes* (a header area put in front with [`Msg::prepend`], [`Msg::prepend_array`] or
+//! [`Msg::push_front`]; a fixed-size trailer such as an authentication tag appended with
+//! [`Msg::append_array`]) are not copies of a message and are not counted; neither is what a
+//! receive writes into [`Msg::tail_room`]. One addition to a thread-local counter per copy:
+//! cheap enough to stay on in every build, so a test or a benchmark can count the copies of
+//! the path it drives (`tests/copies.rs`).
 
+use std::cell::Cell;
 use std::fmt;
+use std::ops::Range;
+
+thread_local! {
+    /// Bytes of message content this thread has copied ([`copied_bytes`]).
+    static COPIED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes of message content copied on this thread so far (see the [module docs](self) for
+/// what counts): take it before and after the calls whose copies you want counted.
+pub fn copied_bytes() -> u64 {
+    COPIED.with(Cell::get)
+}
+
+/// Count `n` bytes of message content copied.
+#[inline(always)]
+pub(crate) fn count_copy(n: usize) {
+    COPIED.with(|c| c.set(c.get().wrapping_add(n as u64)));
+}
 
 /// Headroom reserved in front of a fresh message: room for every header of a stack without
 /// moving the body.
@@ -22,11 +56,30 @@ pub const FRESH_TAILROOM: usize = 2048;
 /// beyond it is untouched until the message grows into it. So a recycled buffer appends with a
 /// bounds check and a copy, and a fresh or growing one appends without zeroing first what is
 /// about to be overwritten.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Msg {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+}
+
+impl Clone for Msg {
+    /// A copy of the whole buffer (counted: [`copied_bytes`]).
+    fn clone(&self) -> Msg {
+        count_copy(self.buf.len());
+        Msg {
+            buf: self.buf.clone(),
+            start: self.start,
+            end: self.end,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Msg {
+    /// The content ([`data`](Msg::data)).
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
 }
 
 impl fmt::Debug for Msg {
@@ -53,6 +106,22 @@ impl Msg {
         let mut m = Msg::new(headroom);
         m.extend_from_slice(data);
         m
+    }
+
+    /// A message over a buffer written elsewhere (a receive into a plain `Vec`): its content
+    /// is `buf[content]` (clamped to the buffer), what lies before it is headroom. Nothing is
+    /// copied; [`into_parts`](Self::into_parts) is the way back.
+    pub fn from_parts(buf: Vec<u8>, content: Range<usize>) -> Msg {
+        let end = content.end.min(buf.len());
+        let start = content.start.min(end);
+        Msg { buf, start, end }
+    }
+
+    /// The buffer behind the message and where its content lies in it, for a driver that
+    /// receives into plain buffers (`phyllo_udp::udp::RecvBufs`) and gives them back as
+    /// messages with [`from_parts`](Self::from_parts). Nothing is copied.
+    pub fn into_parts(self) -> (Vec<u8>, Range<usize>) {
+        (self.buf, self.start..self.end)
     }
 
     /// The content.
@@ -123,6 +192,8 @@ impl Msg {
 
     #[cold]
     fn grow_front(&mut self, n: usize) {
+        // The content moves: a copy.
+        count_copy(self.len());
         let grow = (n - self.start).max(HEADROOM);
         self.buf.splice(0..0, std::iter::repeat_n(0, grow));
         self.start += grow;
@@ -140,8 +211,25 @@ impl Msg {
     }
 
     /// Append bytes at the end (uses the tailroom; grows the buffer when it is too small).
+    /// A copy, counted ([`copied_bytes`]).
     #[inline]
     pub fn extend_from_slice(&mut self, data: &[u8]) {
+        count_copy(data.len());
+        self.append(data);
+    }
+
+    /// Append a fixed-size trailer a layer computed (an authentication tag, a length): like
+    /// [`extend_from_slice`](Self::extend_from_slice), but a field written rather than
+    /// message content copied, so not counted — the counterpart of
+    /// [`prepend_array`](Self::prepend_array).
+    #[inline]
+    pub fn append_array<const N: usize>(&mut self, bytes: &[u8; N]) {
+        self.append(bytes);
+    }
+
+    /// Append `data` (uses the tailroom; grows the buffer when it is too small).
+    #[inline(always)]
+    fn append(&mut self, data: &[u8]) {
         let end = self.end + data.len();
         if end <= self.buf.len() {
             copy_bytes(&mut self.buf[self.end..end], data);
@@ -305,6 +393,15 @@ impl Pool {
         }
     }
 
+    /// An idle buffer, emptied with [`HEADROOM`] free bytes in front, if the pool holds one
+    /// (never allocates): what a driver moves between pools to keep them balanced.
+    #[inline]
+    pub fn take(&mut self) -> Option<Msg> {
+        let mut m = self.free.pop()?;
+        m.clear(HEADROOM);
+        Some(m)
+    }
+
     /// An empty message with [`HEADROOM`] free bytes in front.
     #[inline]
     pub fn alloc(&mut self) -> Msg {
@@ -442,6 +539,34 @@ mod tests {
         let mut again = pool.alloc();
         again.extend_from_slice(&[1; 3]);
         assert_eq!(again.data(), &[1; 3]);
+    }
+
+    #[test]
+    fn copies_are_counted_and_written_fields_are_not() {
+        let before = copied_bytes();
+        let mut m = Msg::from_slice(HEADROOM, &[1; 100]);
+        m.prepend_array(&[2; 8]);
+        m.prepend(&[3; 4]);
+        m.append_array(&[4; 16]);
+        assert_eq!(copied_bytes() - before, 100, "only the content copied in");
+        let c = m.clone();
+        assert_eq!(copied_bytes() - before, 100 + m.buf.len() as u64);
+        let (buf, range) = c.into_parts();
+        let again = Msg::from_parts(buf, range);
+        assert_eq!(again.data(), m.data());
+        assert_eq!(Msg::from_parts(vec![0; 4], 2..9).data(), &[0, 0]);
+    }
+
+    #[test]
+    fn take_never_allocates() {
+        let mut pool = Pool::new(2);
+        assert!(pool.take().is_none());
+        let m = pool.alloc_copy(b"x");
+        pool.free(m);
+        let m = pool.take().unwrap();
+        assert!(m.is_empty());
+        assert_eq!(m.headroom(), HEADROOM);
+        assert_eq!(pool.fresh, 1);
     }
 
     #[test]

@@ -26,7 +26,6 @@
 //! message. Each side's own index travels in its Noise payload, authenticated; the
 //! initiation's copy in the clear must agree with it.
 
-pub mod endpoint;
 pub mod mac;
 
 use crate::layer::{DirectionKeys, Role};
@@ -39,9 +38,9 @@ use thiserror::Error;
 pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 
 /// Message type of an initiation.
-const INITIATION: u8 = 1;
+pub(crate) const INITIATION: u8 = 1;
 /// Message type of a response.
-const RESPONSE: u8 = 2;
+pub(crate) const RESPONSE: u8 = 2;
 /// Bytes of the timestamp an initiation carries.
 const TIMESTAMP_LEN: usize = 12;
 /// Bytes of an initiation's payload: timestamp, the initiator's index, the responder's index

@@ -327,7 +327,7 @@ fn forged_and_truncated_input_is_counted_and_dropped() {
 
 #[test]
 fn an_endpoint_finds_connections_by_cookie_and_survives_a_collision() {
-    use phyllo::accel::demux::CookieDemux;
+    use phyllo::demux::CookieDemux;
     let mk = |cookie| {
         let mut c = Config::accelerated(Role::Initiator);
         c.cookie = Some(cookie);

@@ -4,8 +4,8 @@
 
 mod common;
 use common::payload;
-use phyllo::accel::demux::CookieDemux;
 use phyllo::accel::preamble::{Preamble, PREAMBLE_LEN as PREAMBLE};
+use phyllo::demux::CookieDemux;
 use phyllo::stack::DynStack;
 use phyllo::{Config, Connection, DynConnection, Time};
 

@@ -4,7 +4,7 @@
 //! dead-peer detection that sees messages waiting for a rekey, a restarted client on the
 //! default configuration, and an on-path copy that cannot steal a peer's address.
 
-use phyllo::session::endpoint::{Discard, Event, SessionConfig, SessionEndpoint, SessionSendError};
+use phyllo::endpoint::{Discard, Event, SessionConfig, SessionEndpoint, SessionSendError};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::testing::memlink::Faults;
 use phyllo::testing::net::SessionNet;

@@ -3,7 +3,7 @@
 //! the reliability contract under heavy faults, each layered and accelerated (the attack on a live
 //! endpoint is the lab's, `lab/tests/attack.rs`).
 
-use phyllo::session::endpoint::{EndReason, Event, PeerId, SessionConfig, SessionEndpoint, DATA};
+use phyllo::endpoint::{EndReason, Event, PeerId, SessionConfig, SessionEndpoint, DATA};
 use phyllo::session::{PublicKey, StaticKey};
 use phyllo::testing::memlink::Faults;
 use phyllo::testing::net::SessionNet;
@@ -491,10 +491,8 @@ fn under_load_one_flooding_address_is_rate_limited_before_any_mac_and_others_sti
     }
     let (flooder, other) = (addr(66), addr(77));
     let now = Time(2_000_000_000);
-    let rate_limited = |s: &SessionEndpoint| {
-        s.stats()
-            .dropped(phyllo::session::endpoint::Discard::RateLimited)
-    };
+    let rate_limited =
+        |s: &SessionEndpoint| s.stats().dropped(phyllo::endpoint::Discard::RateLimited);
     for i in 0..2000 {
         server.handle_datagram(now, flooder, &inits[i % inits.len()]);
     }
@@ -505,5 +503,10 @@ fn under_load_one_flooding_address_is_rate_limited_before_any_mac_and_others_sti
     // Another address is still answered with a cookie (under load, no DH).
     server.handle_datagram(now, other, &inits[0]);
     assert_eq!(server.stats().cookie_replies, replies + 1);
+    assert_eq!(rate_limited(&server), limited);
+    // So is another socket on the flooding host (the limiter is per IP and port).
+    let neighbour = SocketAddr::new(flooder.ip(), flooder.port() + 1);
+    server.handle_datagram(now, neighbour, &inits[1]);
+    assert_eq!(server.stats().cookie_replies, replies + 2);
     assert_eq!(rate_limited(&server), limited);
 }

@@ -20,12 +20,12 @@
 use crate::attack::{self, AttackConfig};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{bail, Context, Result};
-use phyllo::session::endpoint::{Event, SessionEndpoint};
+use phyllo::endpoint::{Event, SessionEndpoint};
 use phyllo::session::StaticKey;
 use phyllo::testing::memlink::Faults;
 use phyllo::testing::net::SessionNet;
 use phyllo::Time;
-use phyllo_cli::app_protocol::PING;
+use phyllo_cli::transfer::PING;
 use phyllo_net::SessionSocket;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};

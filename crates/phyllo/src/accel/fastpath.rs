@@ -185,7 +185,7 @@ impl Accelerator {
             self.send_one_sampled(core, now, m, packed, msgs);
             return;
         }
-        self.send_body(core, now, m, packed, msgs, None);
+        self.send_body(core, now, m, packed, msgs, false);
     }
 
     /// [`send_one`](Self::send_one) of a message the send sampler did not let through: send
@@ -204,19 +204,13 @@ impl Accelerator {
     ) {
         match self.send_check.sample() {
             Sample::Skip => {
-                self.send_body(core, now, m, packed, msgs, None);
+                self.send_body(core, now, m, packed, msgs, false);
             }
             Sample::Check => {
-                // The body as it was given: the check runs the layered pre-sends on a copy of
-                // it, and a failed check sends it on the layered path.
-                let body = core.pool().alloc_copy(m.data());
-                match self.send_body(core, now, m, packed, msgs, Some(&body)) {
-                    None => core.pool().free(body),
-                    Some(layer) => {
-                        self.distrust(true, layer);
-                        // Counted as packed when the fast path had it.
-                        self.send_distrusted(core, now, body, packed, msgs, false);
-                    }
+                if let Some((layer, body)) = self.send_body(core, now, m, packed, msgs, true) {
+                    self.distrust(true, layer);
+                    // Counted as packed when the fast path had it.
+                    self.send_distrusted(core, now, body, packed, msgs, false);
                 }
             }
             Sample::Distrusted => self.send_distrusted(core, now, m, packed, msgs, true),
@@ -275,10 +269,13 @@ impl Accelerator {
         predict::check_send(&self.predict, core, now, m, body.data(), panic)
     }
 
-    /// [`send_one`](Self::send_one); `verify`: the body as the application gave it, to check
-    /// the sent header against the layered path with. The layer a check caught
-    /// mispredicting, if one did: the fast path's datagram (and its retransmission copies)
-    /// is then freed, nothing queued, and the caller sends the body on the layered path.
+    /// [`send_one`](Self::send_one); `check`: check the sent header against the layered path.
+    /// The check needs the body as the application gave it: it is copied once the filter
+    /// passed (the fast path is taken; the body is untouched until the transforms), so a
+    /// message that misses (a fragment, say) costs no copy. The layer a check caught
+    /// mispredicting, if one did, and that copy: the fast path's datagram (and its
+    /// retransmission copies) is then freed, nothing queued, and the caller sends the copy on
+    /// the layered path.
     #[inline(always)]
     fn send_body<S: LayerSet>(
         &mut self,
@@ -287,8 +284,8 @@ impl Accelerator {
         mut m: Msg,
         packed: bool,
         msgs: u64,
-        verify: Option<&Msg>,
-    ) -> Option<&'static str> {
+        check: bool,
+    ) -> Option<(&'static str, Msg)> {
         let hl = self.header_len;
         m.prepend(self.predict.send_header(hl));
         if packed {
@@ -303,27 +300,50 @@ impl Accelerator {
             self.send_missed(core, now, m, why, msgs);
             return None;
         }
-        match self.shape.reclaim_layer {
+        let verify = if check {
+            Some(self.body_copy(core, &m))
+        } else {
+            None
+        };
+        let liar = match self.shape.reclaim_layer {
             Some(layer) => {
-                if let Some(body) = verify {
-                    if let Some(liar) = self.check_send(core, now, &m, body) {
-                        core.pool().free(m);
-                        return Some(liar);
-                    }
+                let liar = match &verify {
+                    Some(body) => self.check_send(core, now, &m, body),
+                    None => None,
+                };
+                if liar.is_some() {
+                    core.pool().free(m);
+                } else {
+                    self.stats.fast_send_msgs += msgs;
+                    self.send_passed(core, m, Some(layer));
                 }
-                self.stats.fast_send_msgs += msgs;
-                self.send_passed(core, m, Some(layer));
-                None
+                liar
             }
             None => {
                 // A message the transforms dropped counts as sent on the fast path too.
-                let liar = self.send_passed_general(core, now, m, verify);
+                let liar = self.send_passed_general(core, now, m, verify.as_ref());
                 if liar.is_none() {
                     self.stats.fast_send_msgs += msgs;
                 }
                 liar
             }
+        };
+        match (liar, verify) {
+            (Some(liar), Some(body)) => Some((liar, body)),
+            (_, body) => {
+                if let Some(body) = body {
+                    core.pool().free(body);
+                }
+                None
+            }
         }
+    }
+
+    /// A copy of the body of `m` (header area in front), for a check.
+    #[cold]
+    #[inline(never)]
+    fn body_copy<S: LayerSet>(&self, core: &mut Core<S>, m: &Msg) -> Msg {
+        core.pool().alloc_copy(&m.data()[self.header_len..])
     }
 
     /// The send's checks when the usual case does not hold: a disabled send header or a

@@ -9,7 +9,6 @@
 //! |---|---|---|
 //! | [`preamble`] | §2.2, Figure 1 | the 8-byte preamble: identification bit, byte order, cookie |
 //! | `cookie` | §2.2 | connection identification and cookies: framing and admitting datagrams |
-//! | [`demux`] | §2.2 | many connections behind one socket, found by cookie |
 //! | `predict` | §3.2 | predicted send and delivery headers; the check against the layered path ([`FastPathCheck`]) |
 //! | `filters` | §3.3 | the send and delivery packet filters built from the layers' segments |
 //! | `deferred` | §3.1 | deferred post-processing, and the retransmission copy taken after sending |
@@ -17,12 +16,12 @@
 //! | `fastpath` | §4, Figure 3 | `send`, `from_network`, `deliver`: the fast paths that tie them |
 //! | `stats` | §4 | hits and misses by reason |
 //!
-//! The compact layout itself is [`crate::layout::Layout::compact`] (§2.1). Enable the
-//! accelerator with [`crate::Config::accelerated`].
+//! The compact layout itself is [`crate::layout::Layout::compact`] (§2.1); many accelerated
+//! connections behind one socket, found by cookie (§2.2), are [`crate::demux`], which stands
+//! above the connection. Enable the accelerator with [`crate::Config::accelerated`].
 
 mod cookie;
 mod deferred;
-pub mod demux;
 mod fastpath;
 mod filters;
 mod pack;

@@ -130,12 +130,14 @@ fn varint_len(v: usize) -> usize {
     }
 }
 
+/// Append `v` as a varint: a length field written, not content copied
+/// ([`crate::msg::copied_bytes`]).
 fn put_varint(m: &mut Msg, mut v: usize) {
     while v >= 0x80 {
-        m.extend_from_slice(&[(v as u8 & 0x7f) | 0x80]);
+        m.append_array(&[(v as u8 & 0x7f) | 0x80]);
         v >>= 7;
     }
-    m.extend_from_slice(&[v as u8]);
+    m.append_array(&[v as u8]);
 }
 
 /// Read a varint of at most four bytes; `None` if it runs off the end or is longer.

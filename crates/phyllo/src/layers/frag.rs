@@ -146,10 +146,14 @@ impl<const O: bool> Layer for Frag<O> {
         let total = body.len();
         for (k, chunk) in body.chunks(self.chunk()).enumerate() {
             let mut f = cx.alloc();
-            f.extend_from_slice(&m.data()[..hl]);
-            f.extend_from_slice(&id.to_be_bytes());
-            f.extend_from_slice(&(total as u32).to_be_bytes());
-            f.extend_from_slice(&((k * self.chunk()) as u32).to_be_bytes());
+            // Headers written (the header area, then the fragment header), then the chunk
+            // copied: only the chunk counts as a copy ([`crate::msg::copied_bytes`]).
+            f.prepend(&m.data()[..hl]);
+            let mut fh = [0u8; FRAG_HEADER];
+            fh[..4].copy_from_slice(&id.to_be_bytes());
+            fh[4..8].copy_from_slice(&(total as u32).to_be_bytes());
+            fh[8..].copy_from_slice(&((k * self.chunk()) as u32).to_be_bytes());
+            f.append_array(&fh);
             f.extend_from_slice(chunk);
             cx.set(&mut f, field, 1);
             cx.send_down(f);
@@ -199,7 +203,9 @@ impl<const O: bool> Layer for Frag<O> {
                     cx.count_drop(DropReason::Evicted);
                 }
                 let mut buf = cx.alloc();
-                buf.extend_from_slice(&m.data()[..hl]);
+                // The header area written in front; the body's bytes are copied in as the
+                // fragments come.
+                buf.prepend(&m.data()[..hl]);
                 buf.push_back(total);
                 let n = total.div_ceil(self.chunk());
                 self.slots.push(Slot {
@@ -225,6 +231,7 @@ impl<const O: bool> Layer for Frag<O> {
         slot.missing -= 1;
         let data = &m.data()[hl + FRAG_HEADER..];
         slot.msg.data_mut()[hl + off..hl + off + data.len()].copy_from_slice(data);
+        crate::msg::count_copy(data.len());
         cx.free(m);
         if slot.missing == 0 {
             let mut whole = self.slots.swap_remove(idx).msg;

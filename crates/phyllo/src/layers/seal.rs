@@ -296,7 +296,8 @@ impl Layer for Seal {
         let c = self.tx_counter;
         match tx.seal(self.tx_ahead.as_ref(), c, ad, body) {
             Some(tag) => {
-                pkt.msg_mut().extend_from_slice(&tag);
+                // A trailer written, not content copied ([`crate::msg::copied_bytes`]).
+                pkt.msg_mut().append_array(&tag);
                 Verdict::Continue
             }
             // Only for bodies beyond the cipher's per-message limit (64 GiB and more).

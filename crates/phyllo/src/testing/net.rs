@@ -6,9 +6,11 @@
 //! destination address; anything may be injected from any address (an attacker). Each node's
 //! events and deliveries are collected for the test to read, through the endpoint's documented
 //! calls only (`poll_transmit`, `handle_datagram`, `poll_timeout`/`handle_timeout`,
-//! `poll_delivery_with`, `poll_event`).
+//! `poll_delivery_with`, `poll_event`). Nodes at odd indices move their datagrams with the
+//! zero-copy calls instead (`poll_transmit_msg` and `recycle`; `alloc` and `handle_msg`, the
+//! datagram written into the buffer as a receive would), so every test runs both.
 
-use crate::session::endpoint::{Event, PeerId, SessionEndpoint};
+use crate::endpoint::{Event, PeerId, SessionEndpoint};
 use crate::stack::{DynStack, LayerSet};
 use crate::testing::memlink::Faults;
 use crate::time::{earliest, Time};
@@ -125,8 +127,29 @@ impl<S: LayerSet> SessionNet<S> {
 
     fn hand(&mut self, i: usize, from: SocketAddr, data: &[u8]) {
         let now = self.now;
-        self.nodes[i].ep.handle_datagram(now, from, data);
+        let ep = &mut self.nodes[i].ep;
+        if !i.is_multiple_of(2) {
+            let mut m = ep.alloc();
+            m.tail_room(data.len())[..data.len()].copy_from_slice(data);
+            m.commit_tail(data.len());
+            ep.handle_msg(now, from, m);
+        } else {
+            ep.handle_datagram(now, from, data);
+        }
         self.collect(i);
+    }
+
+    /// Node `i`'s next datagram into `buf` (replacing what it held), and where it goes.
+    fn transmit(&mut self, i: usize, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        let ep = &mut self.nodes[i].ep;
+        if i.is_multiple_of(2) {
+            return ep.poll_transmit(buf);
+        }
+        let (to, m) = ep.poll_transmit_msg()?;
+        buf.clear();
+        buf.extend_from_slice(m.data());
+        ep.recycle(m);
+        Some(to)
     }
 
     /// Move node `i`'s deliveries and events into its lists.
@@ -164,7 +187,7 @@ impl<S: LayerSet> SessionNet<S> {
             }
             self.collect(i);
             let mut buf = std::mem::take(&mut self.buf);
-            while let Some(to) = self.nodes[i].ep.poll_transmit(&mut buf) {
+            while let Some(to) = self.transmit(i, &mut buf) {
                 let from = self.nodes[i].addr;
                 if let Some(w) = &mut self.wire {
                     w.push(Wire {

@@ -42,7 +42,7 @@ fn serve_flood_runs(
     out: &mut Section,
 ) -> Result<()> {
     use phyllo::session::StaticKey;
-    use phyllo_cli::app_protocol::PING;
+    use phyllo_cli::transfer::PING;
     use phyllo_net::{SessionSocket, DEFAULT_STACK};
     use phyllo_udp::udp::{UdpLink, MAX_BATCH};
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,7 +8,7 @@
 //! # Wire
 //!
 //! The first byte says what a datagram is: 1 an initiation and 2 a response ([`super`]'s
-//! Noise IK messages; an initiation ends with [`mac1` and `mac2`](super::mac)), 3 a cookie
+//! Noise IK messages; an initiation ends with [`mac1` and `mac2`](crate::session::mac)), 3 a cookie
 //! reply, 4 data: `[4][receiver's session index, 4 bytes LE][the connection's datagram]` —
 //! five bytes that route a datagram to its session without a lookup by address, so a peer may
 //! change address (it is followed once a datagram from the new one authenticates).
@@ -21,9 +21,10 @@
 //! new by its session's connection ([`Received::is_fresh`]: for a sealed stack, `seal` passed
 //! it) before the session's liveness or the peer's address is updated. Everything else is a
 //! counted [`Discard`]. State before authentication is none at all: a responder keeps
-//! nothing per initiation it has not accepted; under load (more than
-//! [`SessionConfig::handshakes_per_sec`] Diffie-Hellman operations in the last second) it
-//! asks for a cookie ([`super::mac`]) before doing any.
+//! nothing per initiation it has not accepted; under load (initiations arriving faster than
+//! [`SessionConfig::handshakes_per_sec`], a second's worth ahead) it asks for a cookie
+//! ([`crate::session::mac`]) before doing any Diffie-Hellman, so a flood of replayed
+//! initiations costs no Diffie-Hellman at all.
 //!
 //! # The reliability contract
 //!
@@ -71,6 +72,44 @@
 //! session had not seen, as WireGuard follows its peers): a copy of a datagram replayed from
 //! elsewhere, even ahead of the original, moves it at most until the peer's next datagram.
 //!
+//! # Buffers and copies
+//!
+//! The data path copies a message once on its way out and not at all on its way in, besides
+//! what the stack's own layers do (`frag` cuts fragments and reassembles them; `window` keeps
+//! retransmission copies). [`crate::msg::copied_bytes`] counts every copy; `tests/copies.rs`
+//! holds the path to it.
+//!
+//! - **Out.** The application writes a message into a buffer from [`alloc`](SessionEndpoint::alloc)
+//!   (reading a file straight into it, say) and hands it over with
+//!   [`send_msg`](SessionEndpoint::send_msg). The session keeps *that buffer* as the copy the
+//!   reliability contract hands back — which is why a copy must exist at all: `seal` encrypts
+//!   in place, so the sealed datagram cannot serve — and its connection copies the message
+//!   once into its own datagram(s), which it seals in place. The session's five-byte header is
+//!   written into the datagram's headroom, and [`poll_transmit_msg`](SessionEndpoint::poll_transmit_msg)
+//!   hands the buffer to the driver as it is, to be given to the kernel from there (as
+//!   `phyllo_udp`'s `UdpLink::send_outgoing` does, a segmented run's datagrams gathered) and
+//!   then [`recycle`](SessionEndpoint::recycle)d. Once the session confirms a message its
+//!   buffer goes back to the endpoint's pool, for the next `alloc`. A small message in a much
+//!   larger buffer is kept as a copy instead (in one arena per session, emptied at once on
+//!   confirmation), since [`retain_limit`](SessionConfig::retain_limit) counts messages'
+//!   bytes, not their buffers' (a message of up to 24 bytes is kept in the entry itself).
+//! - **In.** The driver receives each datagram into a buffer from `alloc` (a coalesced run
+//!   one datagram per buffer: `phyllo_udp`'s `RecvBufs`) and hands it over with
+//!   [`handle_msg`](SessionEndpoint::handle_msg): the session header comes off in place, and
+//!   the connection opens the datagram and delivers the message in that buffer;
+//!   [`poll_delivery_with`](SessionEndpoint::poll_delivery_with) lends it to the application.
+//! - **Pools.** The endpoint's pool feeds `alloc`; each session's connection has its own. A
+//!   buffer that moves from one to the other (a received datagram into the session, a
+//!   datagram out of it) is answered by an idle one moving back, so in the steady state
+//!   neither allocates.
+//!
+//! [`send`](SessionEndpoint::send), [`poll_transmit`](SessionEndpoint::poll_transmit),
+//! [`poll_transmit_append`](SessionEndpoint::poll_transmit_append) and
+//! [`handle_datagram`](SessionEndpoint::handle_datagram) take and give slices instead, and
+//! each copies once more: the message into a buffer of the session's, the datagram into the
+//! driver's `Vec`, the datagram into a pooled buffer. Nothing on the wire depends on which
+//! calls a driver uses.
+//!
 //! # Key usage limits
 //!
 //! A (key, nonce) pair never repeats: `seal`'s nonce is a 64-bit per-direction counter and
@@ -81,12 +120,13 @@
 //! [`reject_after`](SessionConfig::reject_after) datagrams sent (2^23) stops sending and
 //! ends; ChaCha20-Poly1305 sessions keep the same limits (well inside its own).
 
-use super::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
-use super::{HandshakeError, Initiation, PublicKey, Responder, SessionKeys, StaticKey};
 #[cfg(doc)]
 use crate::conn::Received;
 use crate::conn::{BuildError, Config, Connection, SendError, Stats, MAX_MESSAGE};
 use crate::layer::Role;
+use crate::msg::{count_copy, Msg, Pool, FRESH_TAILROOM, HEADROOM};
+use crate::session::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
+use crate::session::{HandshakeError, Initiation, PublicKey, Responder, SessionKeys, StaticKey};
 use crate::stack::{DynStack, LayerSet};
 use crate::time::Time;
 use rand::{Rng, SeedableRng};
@@ -120,18 +160,23 @@ pub struct SessionConfig {
     /// A session with nothing outstanding and no traffic for this long ends.
     pub idle_timeout: Option<Duration>,
     /// A session with no traffic and nothing outstanding for this long gives back its
-    /// spare memory ([`Connection::shrink`]).
+    /// spare memory ([`Connection::shrink`]); the endpoint's pool of idle buffers is emptied
+    /// then too.
     pub shrink_after: Duration,
     /// Datagrams (both directions) after which the initiator rekeys.
     pub rekey_after: u64,
     /// Datagrams sent after which a session sends no more.
     pub reject_after: u64,
-    /// Diffie-Hellman handshakes per second beyond which initiations must carry a cookie.
+    /// Initiations per second (all that arrive, answered or not) beyond which initiations must
+    /// carry a cookie: at most this many Diffie-Hellman handshakes per second happen without
+    /// one.
     pub handshakes_per_sec: u32,
     /// Under load, initiations (or anything claiming to be one) per second taken from one
-    /// IP address; more are dropped before any MAC is checked, so a flood from one host costs
-    /// a table lookup per datagram instead of a MAC and a cookie reply. (WireGuard's
-    /// limiter allows 20 per second.)
+    /// source address (IP and port); more are dropped before any MAC is checked, so a flood
+    /// from one socket costs a table lookup per datagram instead of a MAC and a cookie reply.
+    /// Keyed by the port too, unlike WireGuard's per-IP limiter (20 per second), so that a
+    /// flood from one host leaves that host's other clients, and clients behind the same
+    /// NAT, their own budget.
     pub initiations_per_source_per_sec: u32,
     /// Sessions at most.
     pub max_sessions: usize,
@@ -215,7 +260,7 @@ pub enum EndpointBuildError {
 /// accepts, the stack every session runs, and its settings.
 ///
 /// ```
-/// use phyllo::session::endpoint::SessionEndpoint;
+/// use phyllo::endpoint::SessionEndpoint;
 /// use phyllo::session::StaticKey;
 ///
 /// let server_key = StaticKey::generate()?;
@@ -463,6 +508,17 @@ pub enum SessionSendError {
     Send(SendError),
 }
 
+/// A message given by buffer ([`SessionEndpoint::send_msg`]) was not taken: why, and the
+/// buffer, to send again later or to give back ([`SessionEndpoint::recycle`]).
+#[derive(Debug, Error)]
+#[error("{error}")]
+pub struct SendMsgError {
+    /// Why.
+    pub error: SessionSendError,
+    /// The message, untouched.
+    pub msg: Msg,
+}
+
 /// Endpoint counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SessionEndpointStats {
@@ -544,11 +600,160 @@ struct Session<S: LayerSet> {
     /// The last authenticated datagram (or the session's start).
     last_rx: Time,
     last_active: Time,
-    unconfirmed: VecDeque<Vec<u8>>,
-    unconfirmed_bytes: usize,
+    /// The messages sent and not yet confirmed: the copy the reliability contract hands back.
+    unconfirmed: Unconfirmed,
     dead: bool,
     /// Spare memory given back since the last traffic.
     shrunk: bool,
+}
+
+/// The messages a session sent and has not confirmed, in order: each in the buffer the
+/// application gave ([`SessionEndpoint::send_msg`]), kept without a copy — unless that buffer
+/// is more than about twice the message (a few bytes in a pooled 2 KiB buffer), when the
+/// message is copied — into the entry itself up to [`TINY`] bytes, else into one arena — and
+/// the buffer goes back to the pool. The retention limit counts messages' bytes: kept whole, a
+/// stream of tiny messages would pin hundreds of times as much memory. The arena is emptied at
+/// once when the session confirms, so it allocates nothing per message either.
+#[derive(Default)]
+struct Unconfirmed {
+    kept: VecDeque<Kept>,
+    /// Boxed, and only once a small message came: a session that never keeps one (most of a
+    /// server's idle sessions) pays a pointer for it, not a `Vec`'s three words.
+    #[allow(clippy::box_collection)]
+    arena: Option<Box<Vec<u8>>>,
+    /// Bytes of the messages (what [`SessionConfig::retain_limit`] counts).
+    bytes: usize,
+}
+
+/// One message of [`Unconfirmed`].
+enum Kept {
+    /// In its own buffer.
+    Buf(Msg),
+    /// At these bytes of the arena.
+    Small(std::ops::Range<usize>),
+    /// A tiny message, in the entry itself (a ping, a request: no allocation at all).
+    Tiny(u8, [u8; TINY]),
+}
+
+/// The longest message [`Kept::Tiny`] holds: what fits in an entry without making it larger
+/// than one holding a buffer (40 bytes).
+const TINY: usize = 24;
+
+impl Unconfirmed {
+    fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// Keep `m`: its buffer, or a copy in the arena (the buffer back to `pool`).
+    fn push(&mut self, m: Msg, pool: &mut Pool) {
+        if worth_its_buffer(m.capacity(), m.len()) {
+            self.bytes += m.len();
+            self.kept.push_back(Kept::Buf(m));
+        } else {
+            self.push_bytes(m.data(), pool);
+            recycle(pool, m);
+        }
+    }
+
+    /// Keep a copy of `data`: in a pooled buffer if the message is worth one, else in the
+    /// arena.
+    fn push_bytes(&mut self, data: &[u8], pool: &mut Pool) {
+        if data.len() <= TINY {
+            count_copy(data.len());
+            let mut b = [0; TINY];
+            b[..data.len()].copy_from_slice(data);
+            self.bytes += data.len();
+            self.kept.push_back(Kept::Tiny(data.len() as u8, b));
+            return;
+        }
+        if worth_its_buffer(HEADROOM + FRESH_TAILROOM, data.len()) {
+            self.bytes += data.len();
+            self.kept.push_back(Kept::Buf(pool.alloc_copy(data)));
+            return;
+        }
+        count_copy(data.len());
+        let arena = self.arena.get_or_insert_with(Box::default);
+        let at = arena.len();
+        arena.extend_from_slice(data);
+        self.bytes += data.len();
+        self.kept.push_back(Kept::Small(at..arena.len()));
+    }
+
+    /// Confirmed: the buffers go back to `pool`.
+    fn clear(&mut self, pool: &mut Pool) {
+        for k in self.kept.drain(..) {
+            if let Kept::Buf(m) = k {
+                recycle(pool, m);
+            }
+        }
+        if let Some(a) = &mut self.arena {
+            a.clear();
+        }
+        self.bytes = 0;
+    }
+
+    /// Every message, in order, as the `Vec`s [`Event::Ended`] hands back (copies, at the end
+    /// of a session only); the buffers go back to `pool`.
+    fn hand_back(&mut self, pool: &mut Pool) -> Vec<Vec<u8>> {
+        let arena = self.arena.as_deref().map_or(&[][..], Vec::as_slice);
+        let out = self
+            .kept
+            .drain(..)
+            .map(|k| match k {
+                Kept::Buf(m) => handed_back(m, pool),
+                Kept::Small(r) => {
+                    count_copy(r.len());
+                    arena.get(r).unwrap_or_default().to_vec()
+                }
+                Kept::Tiny(n, b) => {
+                    count_copy(n.into());
+                    b[..usize::from(n)].to_vec()
+                }
+            })
+            .collect();
+        if let Some(a) = &mut self.arena {
+            a.clear();
+        }
+        self.bytes = 0;
+        out
+    }
+
+    /// Give back spare capacity (an idle session).
+    fn shrink(&mut self) {
+        self.kept.shrink_to_fit();
+        if self.arena.as_ref().is_some_and(|a| a.is_empty()) {
+            self.arena = None;
+        }
+    }
+}
+
+/// Whether a message of `len` bytes is kept in a buffer of `capacity` bytes: at most about
+/// twice the message (and its headroom), so the buffer costs no more than the message again.
+fn worth_its_buffer(capacity: usize, len: usize) -> bool {
+    capacity <= 2 * (len + HEADROOM)
+}
+
+/// Give a kept buffer back to `pool`, unless it is smaller than the pool's own (an exact-size
+/// copy): it would have to grow for most uses.
+fn recycle(pool: &mut Pool, m: Msg) {
+    if m.capacity() >= HEADROOM + FRESH_TAILROOM {
+        pool.free(m);
+    }
+}
+
+/// A message to wait in a peer's outbox: its own buffer when it is worth it (see
+/// [`worth_its_buffer`]), else an exact-size copy (the buffer back to `pool`).
+fn waiting(m: Msg, pool: &mut Pool) -> Msg {
+    if worth_its_buffer(m.capacity(), m.len()) {
+        return m;
+    }
+    let c = Msg::from_slice(0, m.data());
+    recycle(pool, m);
+    c
 }
 
 impl<S: LayerSet> Session<S> {
@@ -556,11 +761,11 @@ impl<S: LayerSet> Session<S> {
         !self.unconfirmed.is_empty() || !self.conn.all_acknowledged()
     }
 
-    /// Everything sent so far was acknowledged: the messages kept are confirmed.
-    fn confirm(&mut self) {
+    /// Everything sent so far was acknowledged: the messages kept are confirmed, their buffers
+    /// go back to `pool`.
+    fn confirm(&mut self, pool: &mut Pool) {
         if !self.unconfirmed.is_empty() && self.conn.all_acknowledged() {
-            self.unconfirmed.clear();
-            self.unconfirmed_bytes = 0;
+            self.unconfirmed.clear(pool);
         }
     }
 
@@ -568,17 +773,18 @@ impl<S: LayerSet> Session<S> {
     /// run it first anyway) and confirm: in a request-response exchange the moment when
     /// everything sent is acknowledged lies between a delivery's deferred work and the next
     /// send, and is seen only here.
-    fn settle(&mut self, now: Time) {
+    fn settle(&mut self, now: Time, pool: &mut Pool) {
         if !self.unconfirmed.is_empty() && self.conn.needs_post_process() {
             self.conn.post_process(now);
-            self.confirm();
+            self.confirm(pool);
         }
     }
 
-    /// Hand `data` to the connection; silence counts from now if nothing was outstanding
-    /// before. The caller then [`keep`](Self::keep)s a copy of what it took.
-    fn send(&mut self, now: Time, data: &[u8]) -> Result<(), SendError> {
-        self.settle(now);
+    /// Hand `data` to the connection (which copies it into its datagrams: the one copy of a
+    /// message on the send path); silence counts from now if nothing was outstanding before.
+    /// The caller then [`keep`](Self::keep)s the buffer `data` is in.
+    fn send(&mut self, now: Time, data: &[u8], pool: &mut Pool) -> Result<(), SendError> {
+        self.settle(now, pool);
         let was_outstanding = self.outstanding();
         self.conn.send(now, data)?;
         if !was_outstanding {
@@ -590,9 +796,8 @@ impl<S: LayerSet> Session<S> {
     }
 
     /// Keep a message the connection took until it is confirmed.
-    fn keep(&mut self, m: Vec<u8>) {
-        self.unconfirmed_bytes += m.len();
-        self.unconfirmed.push_back(m);
+    fn keep(&mut self, m: Msg, pool: &mut Pool) {
+        self.unconfirmed.push(m, pool);
     }
 
     /// Whether new messages may go into this session: below the key-usage limit, and, where
@@ -658,10 +863,11 @@ struct Peer<S: LayerSet> {
     // peer does not carry their room.
     retiring: Option<Box<Retiring<S>>>,
     pending: Option<Box<Pending>>,
-    outbox: VecDeque<Vec<u8>>,
+    /// Messages waiting for a session to take them, in the buffers they came in.
+    outbox: VecDeque<Msg>,
     outbox_bytes: usize,
     /// Messages an ended session had delivered that the application had not taken yet.
-    leftover: VecDeque<Vec<u8>>,
+    leftover: VecDeque<Msg>,
     cookie: Option<([u8; MAC_LEN], Time)>,
     scheduled: Option<Time>,
     tx_flagged: bool,
@@ -688,11 +894,11 @@ impl<S: LayerSet> Peer<S> {
 
     fn retained(&self) -> usize {
         self.outbox_bytes
-            + self.current.as_ref().map_or(0, |s| s.unconfirmed_bytes)
+            + self.current.as_ref().map_or(0, |s| s.unconfirmed.bytes)
             + self
                 .retiring
                 .as_ref()
-                .map_or(0, |r| r.session.unconfirmed_bytes)
+                .map_or(0, |r| r.session.unconfirmed.bytes)
     }
 
     fn sessions(&self) -> impl Iterator<Item = &Session<S>> {
@@ -749,6 +955,50 @@ impl<S: LayerSet> Peer<S> {
     }
 }
 
+/// A message offered to [`SessionEndpoint::offer`]: bytes to copy, or a buffer to keep.
+enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Owned(Msg),
+}
+
+impl Payload<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Owned(m) => m.data(),
+        }
+    }
+
+    /// The message in a buffer of its own to wait in an outbox: the one given, or a copy (in
+    /// a pooled buffer, or an exact-size one for a small message: see [`waiting`]).
+    fn into_msg(self, pool: &mut Pool) -> Msg {
+        match self {
+            Payload::Bytes(b) if worth_its_buffer(HEADROOM + FRESH_TAILROOM, b.len()) => {
+                pool.alloc_copy(b)
+            }
+            Payload::Bytes(b) => Msg::from_slice(0, b),
+            Payload::Owned(m) => waiting(m, pool),
+        }
+    }
+
+    /// The buffer given, if one was.
+    fn into_owned(self) -> Option<Msg> {
+        match self {
+            Payload::Bytes(_) => None,
+            Payload::Owned(m) => Some(m),
+        }
+    }
+}
+
+/// A message handed back in [`Event::Ended`]: a copy of it as a `Vec`, its buffer back to
+/// `pool`.
+fn handed_back(m: Msg, pool: &mut Pool) -> Vec<u8> {
+    count_copy(m.len());
+    let v = m.data().to_vec();
+    recycle(pool, m);
+    v
+}
+
 /// The session index after a datagram's type byte (every message type but the initiation
 /// carries the receiver's there).
 fn receiver_index(d: &[u8]) -> Result<u32, Discard> {
@@ -776,6 +1026,10 @@ fn retry_after(
     }
     cfg.handshake_timeout * (1 << attempts.saturating_sub(1).min(3))
 }
+
+/// How far ahead the load limiter's theoretical arrival time may run: under load is a second
+/// of initiations beyond the rate, so the load ends at most a second after they stop.
+const LOAD_HOLD: Duration = Duration::from_secs(2);
 
 /// The shortest handshake retry (see [`retry_after`]).
 const MIN_RETRY: Duration = Duration::from_millis(10);
@@ -814,6 +1068,10 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     by_key: HashMap<PublicKey, PeerId>,
     by_index: HashMap<u32, PeerId>,
     sessions: usize,
+    /// Buffers for the application's messages and the driver's receives
+    /// ([`alloc`](SessionEndpoint::alloc)), fed by the datagrams the driver sent
+    /// ([`recycle`](SessionEndpoint::recycle)) and balanced against the sessions' pools.
+    pool: Pool,
     control: VecDeque<(SocketAddr, Vec<u8>)>,
     tx_ready: VecDeque<PeerId>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
@@ -821,7 +1079,7 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     /// Theoretical arrival time of the handshake rate limiter (GCRA).
     load_tat: Time,
     /// Under load, the per-source limiter's theoretical arrival times (GCRA), bounded.
-    sources: HashMap<std::net::IpAddr, Time>,
+    sources: HashMap<SocketAddr, Time>,
     /// When the full table was last swept of expired entries.
     sources_swept: Time,
     /// The last initiation timestamp sent: the next is later, whatever the wall clock does.
@@ -868,6 +1126,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             by_key: HashMap::new(),
             by_index: HashMap::new(),
             sessions: 0,
+            pool: Pool::default(),
             control: VecDeque::new(),
             tx_ready: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -1015,7 +1274,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let keys = ResponderMacKeys::new(&peer.key.0);
         let cookie = peer
             .cookie
-            .filter(|(_, at)| now.since(*at) < super::mac::COOKIE_LIFETIME)
+            .filter(|(_, at)| now.since(*at) < crate::session::mac::COOKIE_LIFETIME)
             .map(|(c, _)| c);
         let mut msg = body.clone();
         keys.append_macs(&mut msg, cookie.as_ref());
@@ -1051,37 +1310,75 @@ impl<S: LayerSet> SessionEndpoint<S> {
         ts
     }
 
-    /// Queue a message for the peer.
+    /// Queue a message for the peer, copied from `data`.
+    ///
+    /// The convenience: the message is copied into a pooled buffer, which the session keeps
+    /// as the copy the reliability contract hands back, and the connection copies it into
+    /// its datagrams — one copy more than [`send_msg`](Self::send_msg), which takes a buffer
+    /// the application filled itself. (Nothing is copied for a message refused.)
     pub fn send(&mut self, now: Time, p: PeerId, data: &[u8]) -> Result<(), SessionSendError> {
+        self.offer(now, p, Payload::Bytes(data))
+            .map_err(|(error, _)| error)
+    }
+
+    /// Queue a message the application wrote into a buffer from [`alloc`](Self::alloc) (or
+    /// any [`Msg`]), without copying it here: the session keeps this very buffer as the copy
+    /// the reliability contract hands back if the session ends before confirming it, and the
+    /// session's connection copies it once into its datagrams — the one copy on the way to
+    /// the socket ([`poll_transmit_msg`](Self::poll_transmit_msg) hands the datagrams over
+    /// as they are). Once confirmed, the buffer goes back to the endpoint's pool for the next
+    /// [`alloc`](Self::alloc). A message not taken comes back in the error.
+    pub fn send_msg(&mut self, now: Time, p: PeerId, m: Msg) -> Result<(), SendMsgError> {
+        self.offer(now, p, Payload::Owned(m))
+            .map_err(|(error, m)| SendMsgError {
+                error,
+                msg: m.unwrap_or_default(),
+            })
+    }
+
+    /// [`send`](Self::send) and [`send_msg`](Self::send_msg): a refused message's buffer, if
+    /// it had one, comes back with the error.
+    fn offer(
+        &mut self,
+        now: Time,
+        p: PeerId,
+        data: Payload<'_>,
+    ) -> Result<(), (SessionSendError, Option<Msg>)> {
         let cfg_limit = self.cfg.retain_limit;
-        let peer = self
-            .peers
-            .get_mut(p.0 as usize)
-            .ok_or(SessionSendError::NoPeer)?;
-        if peer.retained() + data.len() > cfg_limit && peer.retained() > 0 {
-            return Err(SessionSendError::WouldBlock);
+        let Some(peer) = self.peers.get_mut(p.0 as usize) else {
+            return Err((SessionSendError::NoPeer, data.into_owned()));
+        };
+        let len = data.bytes().len();
+        if peer.retained() + len > cfg_limit && peer.retained() > 0 {
+            return Err((SessionSendError::WouldBlock, data.into_owned()));
         }
         let open = peer.open() && peer.outbox.is_empty();
         let (rekey_after, reject_after, dialer) =
             (self.cfg.rekey_after, self.cfg.reject_after, peer.dialer);
         match peer.current.as_mut() {
             Some(s) if open && s.takes_more(rekey_after, reject_after, dialer) => {
-                match s.send(now, data) {
-                    Ok(()) => s.keep(data.to_vec()),
-                    Err(SendError::WouldBlock) => return Err(SessionSendError::WouldBlock),
-                    Err(e) => return Err(SessionSendError::Send(e)),
+                match s.send(now, data.bytes(), &mut self.pool) {
+                    Ok(()) => match data {
+                        Payload::Bytes(b) => s.unconfirmed.push_bytes(b, &mut self.pool),
+                        Payload::Owned(m) => s.keep(m, &mut self.pool),
+                    },
+                    Err(SendError::WouldBlock) => {
+                        return Err((SessionSendError::WouldBlock, data.into_owned()))
+                    }
+                    Err(e) => return Err((SessionSendError::Send(e), data.into_owned())),
                 }
             }
             _ => {
                 if peer.current.is_none() && peer.pending.is_none() && !peer.dialer {
-                    return Err(SessionSendError::NoSession);
+                    return Err((SessionSendError::NoSession, data.into_owned()));
                 }
                 // Sessions' connections take the default largest message (`build`).
-                if data.len() > MAX_MESSAGE {
-                    return Err(SessionSendError::Send(SendError::TooLarge {
-                        len: data.len(),
+                if len > MAX_MESSAGE {
+                    let e = SendError::TooLarge {
+                        len,
                         max: MAX_MESSAGE,
-                    }));
+                    };
+                    return Err((SessionSendError::Send(e), data.into_owned()));
                 }
                 // Waiting messages count as outstanding for dead-peer detection: silence
                 // counts from now if nothing was outstanding before.
@@ -1090,8 +1387,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
                         s.quiet_since = now;
                     }
                 }
-                peer.outbox.push_back(data.to_vec());
-                peer.outbox_bytes += data.len();
+                peer.outbox.push_back(data.into_msg(&mut self.pool));
+                peer.outbox_bytes += len;
                 if peer.current.is_none() && peer.pending.is_none() {
                     self.initiate(now, p);
                 }
@@ -1099,6 +1396,26 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         self.touch(now, p);
         Ok(())
+    }
+
+    /// A buffer for a message (write it, then [`send_msg`](Self::send_msg)) or for a
+    /// datagram to receive into ([`handle_msg`](Self::handle_msg)): empty, with
+    /// [`HEADROOM`] free bytes in front, from the endpoint's pool (it
+    /// allocates only when the pool is empty).
+    pub fn alloc(&mut self) -> Msg {
+        self.pool.alloc()
+    }
+
+    /// Give a buffer back to the endpoint's pool: a datagram from
+    /// [`poll_transmit_msg`](Self::poll_transmit_msg) once sent, a buffer not used.
+    pub fn recycle(&mut self, m: Msg) {
+        self.pool.free(m);
+    }
+
+    /// The endpoint's pool of buffers ([`alloc`](Self::alloc), [`recycle`](Self::recycle)):
+    /// its [`fresh`](Pool::fresh) count says how many it had to allocate.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Whether [`send`](Self::send) to the peer would take a message of `len` bytes now
@@ -1118,7 +1435,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
     pub fn poll_delivery_with<R>(&mut self, p: PeerId, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let peer = self.peers.get_mut(p.0 as usize)?;
         if let Some(m) = peer.leftover.pop_front() {
-            return Some(f(&m));
+            let r = f(m.data());
+            self.pool.free(m);
+            return Some(r);
         }
         let mut f = Some(f);
         for s in peer.sessions_mut() {
@@ -1164,7 +1483,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     /// The next datagram to send, written into `out` (replacing what it held); returns where
-    /// it goes.
+    /// it goes. A copy of the datagram; [`poll_transmit_msg`](Self::poll_transmit_msg) hands
+    /// it over without one.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<SocketAddr> {
         out.clear();
         self.poll_transmit_append(out)
@@ -1172,26 +1492,57 @@ impl<S: LayerSet> SessionEndpoint<S> {
 
     /// The next datagram to send, appended to `out` (nothing appended when there is none);
     /// returns where it goes. Lets a driver write datagrams back to back into one buffer for
-    /// a segmented send, without copying them again.
+    /// a segmented send — at the price of copying each there;
+    /// [`poll_transmit_msg`](Self::poll_transmit_msg) hands them over as they are.
     pub fn poll_transmit_append(&mut self, out: &mut Vec<u8>) -> Option<SocketAddr> {
         if let Some((to, msg)) = self.control.pop_front() {
+            count_copy(msg.len());
             out.extend_from_slice(&msg);
             return Some(to);
         }
+        let (to, m) = self.next_data()?;
+        count_copy(m.len());
+        out.extend_from_slice(m.data());
+        self.pool.free(m);
+        Some(to)
+    }
+
+    /// The next datagram to send, and where it goes, in the buffer it was written in: a
+    /// session's sealed datagram with the session's header put in front of it in place (in
+    /// the buffer's headroom), not copied. Put it on the link as it is, then give the buffer
+    /// back with [`recycle`](Self::recycle) (it feeds [`alloc`](Self::alloc)). A handshake
+    /// message comes in a pooled buffer too.
+    pub fn poll_transmit_msg(&mut self) -> Option<(SocketAddr, Msg)> {
+        if let Some((to, msg)) = self.control.pop_front() {
+            // Handshakes are built as `Vec`s: the one copy of a datagram on this path, off
+            // the data path.
+            return Some((to, self.pool.alloc_copy(&msg)));
+        }
+        self.next_data()
+    }
+
+    /// The next data datagram of a session with something to send, its header prepended in
+    /// place: where it goes, and its buffer. The session's connection gets an idle buffer of
+    /// the endpoint's in exchange (when there is one), so its pool does not run dry while its
+    /// datagrams leave through the endpoint's.
+    fn next_data(&mut self) -> Option<(SocketAddr, Msg)> {
         while let Some(&p) = self.tx_ready.front() {
             let peer = &mut self.peers[p.0 as usize];
             let addr = peer.addr;
             for s in peer.sessions_mut() {
-                if let Some(m) = s.conn.poll_transmit() {
-                    let start = out.len();
-                    out.push(DATA);
-                    out.extend_from_slice(&s.remote.to_le_bytes());
-                    out.extend_from_slice(m.data());
-                    s.conn.recycle(m);
-                    match addr {
-                        Some(a) => return Some(a),
-                        None => out.truncate(start),
+                if let Some(mut m) = s.conn.poll_transmit() {
+                    let Some(to) = addr else {
+                        // Nowhere to send it (never: a session has an address).
+                        s.conn.recycle(m);
+                        continue;
+                    };
+                    let mut h = [DATA; DATA_HEADER];
+                    h[1..].copy_from_slice(&s.remote.to_le_bytes());
+                    m.prepend_array(&h);
+                    if let Some(spare) = self.pool.take() {
+                        s.conn.recycle(spare);
                     }
+                    return Some((to, m));
                 }
             }
             peer.tx_flagged = false;
@@ -1254,7 +1605,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         let peer = &mut self.peers[p.0 as usize];
         if let Some(s) = &mut peer.current {
-            s.confirm();
+            s.confirm(&mut self.pool);
         }
         let (waiting, dialer) = (peer.waiting(), peer.dialer);
         if let Some(s) = &mut peer.current {
@@ -1265,8 +1616,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 && now.since(s.last_active) >= cfg.shrink_after
             {
                 s.conn.shrink();
-                s.unconfirmed.shrink_to_fit();
+                s.unconfirmed.shrink();
                 s.shrunk = true;
+                // The endpoint's idle buffers go too (a busy session's traffic brings them
+                // back through its swaps): an idle server keeps none.
+                self.pool.trim();
             }
             if waiting && !s.dead && now.since(s.quiet_since) >= cfg.dead_after {
                 s.dead = true;
@@ -1287,16 +1641,50 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
     }
 
-    /// Handle a datagram from `from`.
+    /// Handle a datagram from `from`. A data datagram is copied into a pooled buffer first;
+    /// [`handle_msg`](Self::handle_msg) takes one received into such a buffer instead.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Input {
         let r = match d.first() {
-            None => Err(Discard::Truncated),
-            Some(&super::INITIATION) => self.on_initiation(now, from, d),
-            Some(&super::RESPONSE) => self.on_response(now, from, d),
-            Some(&COOKIE_REPLY) => self.on_cookie_reply(now, d),
-            Some(&DATA) => self.on_data(now, from, d),
-            Some(_) => Err(Discard::UnknownType),
+            Some(&DATA) => {
+                let m = self.pool.alloc_copy(d);
+                self.on_data(now, from, m)
+            }
+            _ => self.on_control(now, from, d),
         };
+        self.outcome(r)
+    }
+
+    /// Handle a datagram from `from` that the driver received into a buffer from
+    /// [`alloc`](Self::alloc) (written at its [`tail_room`](Msg::tail_room)), where it is:
+    /// the session's header comes off in place and its connection opens and delivers the
+    /// datagram in this very buffer — no copy between the socket and the stack. The buffer
+    /// goes to the session's pool (which gives the endpoint an idle one back) or, for
+    /// anything but data, back to the endpoint's.
+    pub fn handle_msg(&mut self, now: Time, from: SocketAddr, m: Msg) -> Input {
+        let r = match m.data().first() {
+            Some(&DATA) => self.on_data(now, from, m),
+            _ => {
+                let r = self.on_control(now, from, m.data());
+                self.pool.free(m);
+                r
+            }
+        };
+        self.outcome(r)
+    }
+
+    /// A datagram of any type but data.
+    fn on_control(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
+        match d.first() {
+            None => Err(Discard::Truncated),
+            Some(&crate::session::INITIATION) => self.on_initiation(now, from, d),
+            Some(&crate::session::RESPONSE) => self.on_response(now, from, d),
+            Some(&COOKIE_REPLY) => self.on_cookie_reply(now, d),
+            Some(_) => Err(Discard::UnknownType),
+        }
+    }
+
+    /// What a datagram did: its input, or its drop counted.
+    fn outcome(&mut self, r: Result<Input, Discard>) -> Input {
         match r {
             Ok(input) => input,
             Err(drop) => {
@@ -1310,16 +1698,15 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.load_tat > now + Duration::from_secs(1)
     }
 
-    /// Under load, whether one more initiation from `from`'s address fits its rate (GCRA with
-    /// a burst of five). The table is bounded: when full, expired entries go, and if none has
+    /// Under load, whether one more initiation from `from` (IP and port) fits its rate (GCRA
+    /// with a burst of five). The table is bounded: when full, expired entries go, and if none has
     /// expired, sources it does not hold are refused (while under load only).
     fn source_allows(&mut self, now: Time, from: SocketAddr) -> bool {
         const BURST: u32 = 5;
         const MAX_SOURCES: usize = 4096;
         let rate = self.cfg.initiations_per_source_per_sec.max(1);
         let interval = Duration::from_secs(1) / rate;
-        let ip = from.ip();
-        if !self.sources.contains_key(&ip) && self.sources.len() >= MAX_SOURCES {
+        if !self.sources.contains_key(&from) && self.sources.len() >= MAX_SOURCES {
             // Sweep out expired entries at most every 100 ms: a flood from many addresses
             // would otherwise pay a scan of the whole table per datagram.
             if now < self.sources_swept + Duration::from_millis(100) {
@@ -1331,7 +1718,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 return false;
             }
         }
-        let tat = self.sources.entry(ip).or_insert(now);
+        let tat = self.sources.entry(from).or_insert(now);
         if *tat > now + interval * BURST {
             return false;
         }
@@ -1340,6 +1727,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     fn on_initiation(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
+        // Every initiation that arrives counts towards the load, whatever becomes of it, so a
+        // flood keeps the endpoint under load (cookies required, the per-source limit on) for
+        // as long as it lasts and replays never reach a Diffie-Hellman; the load ends at most
+        // a second after the arrivals fall below the rate (the cap).
+        let interval = Duration::from_secs(1) / self.cfg.handshakes_per_sec.max(1);
+        self.load_tat = (self.load_tat.max(now) + interval).min(now + LOAD_HOLD);
         if self.under_load(now) {
             if !self.source_allows(now, from) {
                 return Err(Discard::RateLimited);
@@ -1370,9 +1763,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
                 return Err(Discard::CookieRequired);
             }
         }
-        // Every Diffie-Hellman counts against the rate, whether it authenticates or not.
-        let interval = Duration::from_secs(1) / self.cfg.handshakes_per_sec.max(1);
-        self.load_tat = self.load_tat.max(now) + interval;
         if self.sessions >= self.cfg.max_sessions {
             return Err(Discard::TooManySessions);
         }
@@ -1433,15 +1823,30 @@ impl<S: LayerSet> SessionEndpoint<S> {
         Ok(Input::Cookie(p))
     }
 
-    fn on_data(&mut self, now: Time, from: SocketAddr, d: &[u8]) -> Result<Input, Discard> {
-        let index = receiver_index(d)?;
-        let p = *self.by_index.get(&index).ok_or(Discard::UnknownIndex)?;
+    /// A data datagram, in its buffer: to its session's connection without its header.
+    fn on_data(&mut self, now: Time, from: SocketAddr, mut m: Msg) -> Result<Input, Discard> {
+        let index = match receiver_index(m.data()) {
+            Ok(i) => i,
+            Err(e) => {
+                self.pool.free(m);
+                return Err(e);
+            }
+        };
+        let Some(&p) = self.by_index.get(&index) else {
+            self.pool.free(m);
+            return Err(Discard::UnknownIndex);
+        };
         let peer = &mut self.peers[p.0 as usize];
-        let s = peer
-            .sessions_mut()
-            .find(|s| s.local == index)
-            .ok_or(Discard::UnknownIndex)?;
-        let received = s.conn.handle_datagram(now, &d[DATA_HEADER..]);
+        let Some(s) = peer.sessions_mut().find(|s| s.local == index) else {
+            self.pool.free(m);
+            return Err(Discard::UnknownIndex);
+        };
+        m.pop_front(DATA_HEADER);
+        let received = s.conn.handle_msg(now, m);
+        // The buffer went to the session's pool: one of its idle ones comes back.
+        if let Some(spare) = s.conn.spare() {
+            self.pool.free(spare);
+        }
         if received.is_fresh() {
             // Authenticated and new (a nonce the session had not seen): the peer is alive,
             // and may have moved. A copy replayed from another address carries a nonce seen
@@ -1506,7 +1911,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
             if let Some(mut abandoned) = self.peers[p.0 as usize].current.take() {
                 self.unregister(&mut abandoned, p);
                 if !abandoned.unconfirmed.is_empty() {
-                    self.report(p, EndReason::Superseded, abandoned.unconfirmed.into());
+                    let lost = abandoned.unconfirmed.hand_back(&mut self.pool);
+                    self.report(p, EndReason::Superseded, lost);
                 }
             }
         } else if self.peers[p.0 as usize].retiring.is_some() {
@@ -1541,8 +1947,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             quiet_since: now,
             last_rx: now,
             last_active: now,
-            unconfirmed: VecDeque::new(),
-            unconfirmed_bytes: 0,
+            unconfirmed: Unconfirmed::default(),
             dead: false,
             shrunk: false,
         });
@@ -1562,7 +1967,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
     fn touch(&mut self, now: Time, p: PeerId) {
         let peer = &mut self.peers[p.0 as usize];
         for s in peer.sessions_mut() {
-            s.confirm();
+            s.confirm(&mut self.pool);
         }
         let retire_after = self.cfg.retire_after;
         if let Some(r) = &mut peer.retiring {
@@ -1584,11 +1989,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
                     if !s.takes_more(rekey_after, reject_after, peer.dialer) {
                         break;
                     }
-                    match s.send(now, m) {
+                    match s.send(now, m.data(), &mut self.pool) {
                         Ok(()) => {
                             let m = peer.outbox.pop_front().unwrap_or_default();
                             peer.outbox_bytes -= m.len();
-                            s.keep(m);
+                            s.keep(m, &mut self.pool);
                         }
                         Err(SendError::WouldBlock) => break,
                         Err(_) => {
@@ -1596,10 +2001,11 @@ impl<S: LayerSet> SessionEndpoint<S> {
                             let m = peer.outbox.pop_front().unwrap_or_default();
                             peer.outbox_bytes -= m.len();
                             peer.stats.unconfirmed += 1;
+                            let unconfirmed = vec![handed_back(m, &mut self.pool)];
                             self.events.push_back(Event::Ended {
                                 peer: p,
                                 reason: EndReason::Closed,
-                                unconfirmed: vec![m],
+                                unconfirmed,
                             });
                         }
                     }
@@ -1654,7 +2060,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.stats.ended += 1;
         let peer = &mut self.peers[p.0 as usize];
         peer.stats.add_conn(s.conn.stats(), &s.conn);
-        while let Some(m) = s.conn.poll_delivery_with(<[u8]>::to_vec) {
+        while let Some(m) = s.conn.poll_delivery() {
             peer.leftover.push_back(m);
         }
     }
@@ -1672,19 +2078,21 @@ impl<S: LayerSet> SessionEndpoint<S> {
             if r.graceful && r.session.unconfirmed.is_empty() {
                 return;
             }
-            self.report(p, r.reason, r.session.unconfirmed.into());
+            let lost = r.session.unconfirmed.hand_back(&mut self.pool);
+            self.report(p, r.reason, lost);
         }
     }
 
     fn end_current(&mut self, p: PeerId, reason: EndReason) {
         if let Some(mut s) = self.peers[p.0 as usize].current.take() {
             self.unregister(&mut s, p);
-            let mut lost: Vec<Vec<u8>> = s.unconfirmed.into();
+            let mut lost = s.unconfirmed.hand_back(&mut self.pool);
             let peer = &mut self.peers[p.0 as usize];
             // Messages waiting for this session went nowhere either (they would go into a
             // new one, but this end cannot make one).
             if !peer.dialer || matches!(reason, EndReason::Closed | EndReason::HandshakeFailed) {
-                lost.extend(peer.outbox.drain(..));
+                let pool = &mut self.pool;
+                lost.extend(peer.outbox.drain(..).map(|m| handed_back(m, pool)));
                 peer.outbox_bytes = 0;
             }
             self.report(p, reason, lost);
@@ -1702,12 +2110,18 @@ impl<S: LayerSet> SessionEndpoint<S> {
             self.by_index.remove(&pd.init.index());
         }
         if !peer.outbox.is_empty() {
-            let lost: Vec<Vec<u8>> = peer.outbox.drain(..).collect();
+            let pool = &mut self.pool;
+            let lost = peer
+                .outbox
+                .drain(..)
+                .map(|m| handed_back(m, pool))
+                .collect();
             peer.outbox_bytes = 0;
             self.report(p, reason, lost);
         }
     }
 
+    /// Hand back what a session did not confirm ([`Event::Ended`]).
     fn report(&mut self, p: PeerId, reason: EndReason, unconfirmed: Vec<Vec<u8>>) {
         self.peers[p.0 as usize].stats.unconfirmed += unconfirmed.len() as u64;
         self.events.push_back(Event::Ended {
