@@ -1,28 +1,16 @@
-//! The application protocol `phyllo serve` and `phyllo connect` speak over their sessions,
-//! and what the two commands share besides (statistics lines, addresses, Ctrl-C).
-//!
-//! Every message starts with a type byte — `p` a ping (the server sends it back), `d` data
-//! (the server counts it and, with `--out`, writes it to a file), `e` the end of a stream (the
-//! server answers `h` and the SHA-256 of the stream in hexadecimal). The sessions themselves
+//! What `phyllo serve` and `phyllo connect` share besides the transfer protocol
+//! ([`crate::transfer`]): statistics lines, addresses, Ctrl-C, reading. The sessions themselves
 //! run on [`phyllo_net::SessionSocket`].
 
 use anyhow::{bail, Context, Result};
-use phyllo::session::endpoint::{PeerStats, SessionEndpoint};
+use phyllo::endpoint::{PeerStats, SessionEndpoint};
 use phyllo::session::PublicKey;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// A ping; echoed.
-pub const PING: u8 = b'p';
-/// Data of a stream.
-pub const DATA: u8 = b'd';
-/// End of a stream; answered by [`HASH`].
-pub const END: u8 = b'e';
-/// The SHA-256 of a stream, hexadecimal.
-pub const HASH: u8 = b'h';
-
-/// A flag Ctrl-C sets.
+/// A flag that Ctrl-C (SIGINT), SIGTERM or SIGHUP sets, so the commands stop as they would
+/// for Ctrl-C when a service manager stops them.
 pub fn interrupted() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = flag.clone();
@@ -65,7 +53,7 @@ pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> S
 /// The endpoint's drops by reason as one line.
 pub fn drops_line(ep: &SessionEndpoint) -> String {
     let s = ep.stats();
-    let drops: Vec<String> = phyllo::session::endpoint::Discard::ALL
+    let drops: Vec<String> = phyllo::endpoint::Discard::ALL
         .iter()
         .filter(|&&d| s.dropped(d) > 0)
         .map(|&d| format!("{} {}", d.name(), s.dropped(d)))

@@ -1,17 +1,84 @@
-//! `phyllo connect`: one session to a `phyllo serve` — send stdin or a file (the server's
-//! SHA-256 of what it received is checked), ping (latency percentiles) or push data as fast as
-//! the session takes it (throughput); statistics at the end.
+//! `phyllo connect`: one session to a `phyllo serve` — send a file or standard input as a
+//! transfer ([`crate::transfer`]: resumable, checked whole, stored atomically), ping (latency
+//! percentiles) or push data as fast as the session takes it (throughput); statistics at the
+//! end. How it ends is in its exit status ([`Failure`]).
 
-use crate::app_protocol::{self, DATA, END, HASH, PING};
+use crate::app_protocol;
+use crate::transfer::{data_header, Message, TransferId, DATA_HEADER, PING};
 use anyhow::{bail, Context, Result};
-use phyllo::session::endpoint::{Event, PeerId, SessionSendError};
+use phyllo::endpoint::{Event, PeerId, SessionSendError};
+use phyllo::PublicKey;
 use phyllo_net::SessionSocket;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How a `phyllo connect` failed, for its exit status ([`Failure::exit_code`]); any other
+/// error exits with 1.
+#[derive(Debug, Error)]
+pub enum Failure {
+    /// The server ended the transfer without storing it (exit status 1).
+    #[error("the server refused the transfer: {0}")]
+    Refused(String),
+    /// No session with the server for `--timeout` (exit status 3).
+    #[error(
+        "no session with {server} for {secs} s: the server is down or unreachable, the server \
+         key is wrong, or this key is not allowed there{partial}"
+    )]
+    Unreachable {
+        /// The server's address.
+        server: SocketAddr,
+        /// The timeout.
+        secs: f64,
+        /// What the server may hold.
+        partial: &'static str,
+    },
+    /// Ctrl-C (exit status 130).
+    #[error("interrupted{0}")]
+    Interrupted(&'static str),
+}
+
+impl Failure {
+    /// The exit status `phyllo connect` ends with.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Refused(_) => 1,
+            Failure::Unreachable { .. } => 3,
+            Failure::Interrupted(_) => 130,
+        }
+    }
+}
+
+/// What `phyllo connect --help` says about transfers, after the options.
+pub const TRANSFERS: &str = "\
+Transfers:
+  A file goes to the server under its base name (stdin under --name). The server writes it
+  to a partial file in its --out directory and puts it under that name only once the whole
+  file's SHA-256 matches the sender's; it never follows a symlink there, and never replaces
+  a file of that name unless it runs with --overwrite. A transfer is atomic: afterwards the
+  name holds exactly the file, or nothing new.
+
+  Interrupted transfers resume. If the session ends (the server restarted, the path broke
+  for a while), connect starts a new one and goes on from the bytes the server already
+  holds; running the same command again after it exited does the same for a file that has
+  not changed. Standard input resumes only within one run. A partial file the server keeps
+  (.phyllo-part-...) never looks complete; it may be removed at any time.
+
+Exit status:
+  0    the server stored the file and confirmed its SHA-256 (or pings/throughput done)
+  1    the server refused or failed the transfer (the reason is printed: a bad name, a
+       file that exists, no space, a write error, a hash mismatch), or another error
+  2    bad command-line arguments
+  3    no session with the server for --timeout seconds
+  130  interrupted (Ctrl-C); the server keeps the partial file for a later resume";
+
+/// What the server holds of an unfinished transfer.
+const PARTIAL: &str = "; the server keeps what it received as a partial file, not under the \
+                       file's name, and the same command resumes it";
 
 /// `phyllo connect` options.
 #[derive(clap::Args, Debug)]
@@ -30,63 +97,113 @@ pub struct ConnectArgs {
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
     pub accel: bool,
-    /// Send this file (default: standard input).
+    /// Send this file (default: standard input), stored by the server under its base name.
     #[arg(long)]
     pub file: Option<PathBuf>,
+    /// The name to store standard input under.
+    #[arg(long, default_value = "stdin")]
+    pub name: String,
     /// Ping this many times instead (latency percentiles).
     #[arg(long)]
     pub ping: Option<u64>,
     /// Push data for this many seconds instead (throughput).
     #[arg(long)]
     pub throughput: Option<f64>,
-    /// Bytes per message (pings and data).
-    #[arg(long, default_value_t = 16_384)]
-    pub size: usize,
+    /// Bytes per message (pings and data, headers included).
+    #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(16..=1 << 20))]
+    pub size: u64,
     /// Busy-poll the socket (lowest latency, one core busy).
     #[arg(long)]
     pub busy_poll: bool,
-    /// Give up when no session is up after this many seconds.
-    #[arg(long, default_value_t = 5.0)]
+    /// Give up when no session with the server has been up for this many seconds (at the
+    /// start, or after one ended: the server stopped, restarted or became unreachable).
+    #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
     /// Print one machine-readable line of results on stdout (key=value ...).
     #[arg(long)]
     pub quiet: bool,
+    /// Print the results on stdout as one JSON object (the same keys as --quiet).
+    #[arg(long, conflicts_with = "quiet")]
+    pub json: bool,
 }
 
 struct Client {
     node: SessionSocket,
     peer: PeerId,
     server: SocketAddr,
-    /// Messages handed back by an ended session, to send again first.
-    resend: VecDeque<Vec<u8>>,
+    server_key: PublicKey,
+    /// Messages from the server not yet taken.
     replies: VecDeque<Vec<u8>>,
+    /// Messages an ended session handed back (not known delivered), oldest first.
+    handed_back: VecDeque<Vec<u8>>,
+    /// A session ended since [`Client::session`] last looked.
+    ended: bool,
+    /// Since when no session has been up (`None`: one is).
+    down_since: Option<Instant>,
+    timeout: Duration,
+    busy: bool,
+    /// Whether the transfer has started (what an unreachable server may hold).
+    started: bool,
+    /// When the socket last moved to a new port (or was made).
+    rebound: Instant,
 }
 
+/// How long without a session before the client sends from a new source port (at most that
+/// often).
+const REBIND_AFTER: Duration = Duration::from_millis(1500);
+
 impl Client {
-    /// One round, then collect events and replies.
-    fn pump(&mut self, wait: Duration) -> Result<()> {
+    /// One round, then collect events and replies. A session that ends is reported
+    /// ([`ended`](Self::ended)) and a new one started at once; no session for `timeout` is
+    /// [`Failure::Unreachable`].
+    fn pump(&mut self) -> Result<()> {
+        let wait = if self.busy {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        };
         self.node.pump(wait)?;
         while let Some(e) = self.node.endpoint_mut().poll_event() {
             match e {
-                Event::Established { .. } => {}
+                Event::Established { .. } => self.down_since = None,
                 Event::Ended {
                     reason,
                     unconfirmed,
                     ..
                 } => {
                     eprintln!(
-                        "session ended ({reason:?}); sending {} unconfirmed messages again",
+                        "session ended ({reason:?}) with {} messages unconfirmed; connecting again",
                         unconfirmed.len()
                     );
-                    self.resend.extend(unconfirmed);
+                    self.handed_back.extend(unconfirmed);
+                    self.ended = true;
+                    self.down_since.get_or_insert_with(Instant::now);
                     let now = self.node.now();
-                    let key = self
-                        .node
-                        .endpoint()
-                        .peer_key(self.peer)
-                        .context("the server vanished")?;
-                    self.node.endpoint_mut().connect(now, key, self.server);
+                    self.node
+                        .endpoint_mut()
+                        .connect(now, self.server_key, self.server);
                 }
+            }
+        }
+        if self.node.endpoint().is_established(self.peer) {
+            self.down_since = None;
+        }
+        if let Some(t) = self.down_since {
+            // Handshakes unanswered: try from another source port, which a server hashes
+            // onto another of its listening sockets (one may be flooded) and a NAT maps
+            // afresh.
+            if t.elapsed() > REBIND_AFTER && self.rebound.elapsed() > REBIND_AFTER {
+                let to = self.node.rebind()?;
+                eprintln!("no answer from {} yet: trying again from {to}", self.server);
+                self.rebound = Instant::now();
+            }
+            if t.elapsed() > self.timeout {
+                return Err(Failure::Unreachable {
+                    server: self.server,
+                    secs: self.timeout.as_secs_f64(),
+                    partial: if self.started { PARTIAL } else { "" },
+                }
+                .into());
             }
         }
         self.node.take_readable();
@@ -100,58 +217,42 @@ impl Client {
         Ok(())
     }
 
-    /// Hand `m` to the session: `false` if it is full for now.
-    fn offer(&mut self, m: &[u8]) -> Result<bool> {
-        let now = self.node.now();
-        match self.node.endpoint_mut().send(now, self.peer, m) {
-            Ok(()) => Ok(true),
-            Err(SessionSendError::WouldBlock) => Ok(false),
-            Err(e) => bail!("sending: {e}"),
+    /// Pump until a session is up.
+    fn session(&mut self) -> Result<()> {
+        while !self.node.endpoint().is_established(self.peer) {
+            self.pump()?;
         }
+        Ok(())
     }
 
-    /// Send again, in order, what ended sessions handed back, as far as the session takes
-    /// it; whether all went.
-    fn resend(&mut self) -> Result<bool> {
-        while let Some(r) = self.resend.pop_front() {
-            if !self.offer(&r)? {
-                self.resend.push_front(r);
+    /// Send `m`, pumping while the session is full; `false` if the session ended first (the
+    /// message is not sent).
+    fn send(&mut self, m: &[u8]) -> Result<bool> {
+        loop {
+            if self.ended {
                 return Ok(false);
             }
-        }
-        Ok(true)
-    }
-
-    /// Send `m` (after anything to resend), pumping while the session is full.
-    fn send(&mut self, m: &[u8], busy: bool) -> Result<()> {
-        loop {
-            if self.resend()? && self.offer(m)? {
-                return Ok(());
+            let now = self.node.now();
+            match self.node.endpoint_mut().send(now, self.peer, m) {
+                Ok(()) => return Ok(true),
+                Err(SessionSendError::WouldBlock) => self.pump()?,
+                Err(e) => bail!("sending: {e}"),
             }
-            self.pump(if busy {
-                Duration::ZERO
-            } else {
-                Duration::from_millis(1)
-            })?;
         }
     }
 
-    /// Pump until a reply of type `ty` arrives or `limit` passes.
-    fn reply(&mut self, ty: u8, limit: Duration, busy: bool) -> Result<Option<Vec<u8>>> {
-        let until = Instant::now() + limit;
+    /// Pump until a reply that `pick` takes arrives; `None` if the session ended first.
+    fn reply<T>(&mut self, mut pick: impl FnMut(&[u8]) -> Option<T>) -> Result<Option<T>> {
         loop {
-            if let Some(i) = self.replies.iter().position(|r| r.first() == Some(&ty)) {
-                return Ok(self.replies.remove(i));
+            while let Some(r) = self.replies.pop_front() {
+                if let Some(t) = pick(&r) {
+                    return Ok(Some(t));
+                }
             }
-            if Instant::now() >= until {
+            if self.ended {
                 return Ok(None);
             }
-            self.resend()?;
-            self.pump(if busy {
-                Duration::from_millis(1)
-            } else {
-                Duration::from_millis(5)
-            })?;
+            self.pump()?;
         }
     }
 }
@@ -166,6 +267,12 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     } else {
         "[::]:0".parse()?
     };
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        bail!(
+            "--timeout {}: not a positive number of seconds",
+            args.timeout
+        );
+    }
     let mut node = SessionSocket::bind(bind, key, vec![], &args.stack, args.accel)?;
     node.set_busy_poll(args.busy_poll);
     let now = node.now();
@@ -174,45 +281,51 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         node,
         peer,
         server,
-        resend: VecDeque::new(),
+        server_key,
         replies: VecDeque::new(),
+        handed_back: VecDeque::new(),
+        ended: false,
+        down_since: Some(Instant::now()),
+        timeout: Duration::from_secs_f64(args.timeout),
+        busy: args.busy_poll,
+        started: false,
+        rebound: Instant::now(),
     };
     let started = Instant::now();
-    while !c.node.endpoint().is_established(peer) {
-        if started.elapsed().as_secs_f64() > args.timeout {
-            bail!(
-                "no session with {server} after {} s: nothing listening there, a wrong server key, \
-                 or this key is not allowed by the server",
-                args.timeout
-            );
-        }
-        c.pump(Duration::from_millis(20))?;
-    }
+    c.session()?;
     let handshake = started.elapsed();
     let stop = app_protocol::interrupted()?;
-    let size = args.size.max(2);
+    let size = args.size as usize;
     let result = if let Some(n) = args.ping {
-        ping(&mut c, n, size, args.busy_poll, &stop)?
+        ping(&mut c, n, size, &stop)?
     } else if let Some(secs) = args.throughput {
         let deadline = Instant::now() + Duration::from_secs_f64(secs);
-        let chunk = vec![0x5au8; size - 1];
-        stream(&mut c, size, args.busy_poll, &stop, |buf| {
-            if Instant::now() >= deadline {
-                return Ok(0);
-            }
-            buf[..chunk.len()].copy_from_slice(&chunk);
-            Ok(chunk.len())
-        })?
+        let source = Source::Stream(Box::new(std::io::repeat(0x5a)));
+        transfer(&mut c, source, "throughput", size, &stop, Some(deadline))?
     } else {
-        let mut input: Box<dyn Read> = match &args.file {
-            Some(f) => Box::new(
-                std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?,
-            ),
-            None => Box::new(std::io::stdin()),
-        };
-        stream(&mut c, size, args.busy_poll, &stop, |buf| {
-            app_protocol::read_full(&mut input, buf).context("reading the input")
-        })?
+        match &args.file {
+            Some(f) => {
+                let name = f
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .with_context(|| format!("{}: no file name to send it under", f.display()))?
+                    .to_owned();
+                let file =
+                    std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
+                let meta = file
+                    .metadata()
+                    .with_context(|| format!("reading {}", f.display()))?;
+                if !meta.is_file() {
+                    bail!("{}: not a regular file", f.display());
+                }
+                let source = Source::File { file, meta };
+                transfer(&mut c, source, &name, size, &stop, None)?
+            }
+            None => {
+                let source = Source::Stream(Box::new(std::io::stdin()));
+                transfer(&mut c, source, &args.name, size, &stop, None)?
+            }
+        }
     };
     let s = c.node.endpoint().peer_stats(peer).unwrap_or_default();
     eprintln!(
@@ -224,44 +337,75 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         app_protocol::stats_line(&server_key, Some(server), &s)
     );
     eprintln!("{}", app_protocol::drops_line(c.node.endpoint()));
-    if args.quiet {
-        println!(
-            "{result} handshake_us={:.1} datagrams_out={} bytes_out={}",
-            s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e6,
-            s.datagrams_out,
-            s.bytes_out,
-        );
+    let line = format!(
+        "{result} handshake_us={:.1} datagrams_out={} bytes_out={}",
+        s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e6,
+        s.datagrams_out,
+        s.bytes_out,
+    );
+    if args.json {
+        println!("{}", json_line(&line));
+    } else if args.quiet {
+        println!("{line}");
     } else {
         eprintln!("{result}");
     }
     Ok(())
 }
 
+/// The `key=value …` result line as one JSON object: numbers as numbers, `yes`/`no` as
+/// booleans, the rest as strings.
+fn json_line(line: &str) -> String {
+    let mut o = serde_json::Map::new();
+    for (k, v) in line.split_whitespace().filter_map(|w| w.split_once('=')) {
+        let v = match v {
+            "yes" => serde_json::Value::Bool(true),
+            "no" => serde_json::Value::Bool(false),
+            _ => match v.parse::<u64>() {
+                Ok(n) => n.into(),
+                Err(_) => match v.parse::<f64>() {
+                    Ok(x) if x.is_finite() => x.into(),
+                    _ => v.into(),
+                },
+            },
+        };
+        o.insert(k.to_owned(), v);
+    }
+    serde_json::Value::Object(o).to_string()
+}
+
 fn ping(
     c: &mut Client,
     n: u64,
     size: usize,
-    busy: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<String> {
     let mut rtts = Vec::with_capacity(n as usize);
     let mut msg = vec![0u8; size];
     msg[0] = PING;
-    for i in 0..n {
+    let mut i = 0;
+    while i < n {
         if app_protocol::is_set(stop) {
-            break;
+            return Err(Failure::Interrupted("").into());
         }
-        msg[1..9.min(size)].copy_from_slice(&i.to_le_bytes()[..8.min(size - 1)]);
+        msg[1..9].copy_from_slice(&i.to_le_bytes());
         let t = Instant::now();
-        c.send(&msg, busy)?;
-        loop {
-            match c.reply(PING, Duration::from_secs(5), busy)? {
-                Some(r) if r == msg => break,
-                Some(_) => continue,
-                None => bail!("ping {i}: no answer in 5 s"),
-            }
+        c.ended = false;
+        c.session()?;
+        if !c.send(&msg)? {
+            continue;
+        }
+        let limit = Instant::now() + Duration::from_secs(5);
+        let echoed = c.reply(|r| (r == msg).then_some(()))?;
+        if echoed.is_none() {
+            // The session ended first: ping again in the next one.
+            continue;
+        }
+        if Instant::now() > limit {
+            bail!("ping {i}: no answer in 5 s");
         }
         rtts.push(t.elapsed());
+        i += 1;
     }
     if rtts.is_empty() {
         bail!("no pings");
@@ -278,53 +422,251 @@ fn ping(
     ))
 }
 
-/// Send `d` messages filled by `fill` until it gives 0 bytes, then the end; check the
-/// server's hash of what it received against ours.
-fn stream(
-    c: &mut Client,
-    size: usize,
-    busy: bool,
-    stop: &std::sync::atomic::AtomicBool,
-    mut fill: impl FnMut(&mut [u8]) -> Result<usize>,
-) -> Result<String> {
-    let mut msg = vec![0u8; size];
-    msg[0] = DATA;
-    let mut hash = Sha256::new();
-    let mut bytes = 0u64;
-    let t = Instant::now();
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {bytes} sent ({bytes_per_sec})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    loop {
-        if app_protocol::is_set(stop) {
-            eprintln!("interrupted: ending the stream");
-            break;
+/// What a transfer sends.
+enum Source {
+    /// A file: resumable from any offset the server names, by reading it there again.
+    File {
+        file: std::fs::File,
+        meta: std::fs::Metadata,
+    },
+    /// Standard input (or generated data): read once, so only what an ended session handed
+    /// back can be sent again.
+    Stream(Box<dyn Read>),
+}
+
+/// A file's transfer id: its name, size, modification time and inode, so the same file
+/// offered again (by this process after a session ended, or by a new one) is the same
+/// transfer, and a changed file a new one.
+fn file_id(name: &str, meta: &std::fs::Metadata) -> TransferId {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update(meta.len().to_le_bytes());
+    h.update(meta.mtime().to_le_bytes());
+    h.update(meta.mtime_nsec().to_le_bytes());
+    h.update(meta.ino().to_le_bytes());
+    h.finalize()[..16].try_into().expect("16 of 32 bytes")
+}
+
+/// The sender's running SHA-256 of the bytes it has read from the start.
+struct Hashed {
+    hash: Sha256,
+    /// Bytes hashed, from the start.
+    upto: u64,
+}
+
+impl Hashed {
+    /// Take `bytes` at `offset` into the hash where they extend it.
+    fn update(&mut self, offset: u64, bytes: &[u8]) {
+        let end = offset + bytes.len() as u64;
+        if offset <= self.upto && end > self.upto {
+            self.hash.update(&bytes[(self.upto - offset) as usize..]);
+            self.upto = end;
         }
-        let n = fill(&mut msg[1..])?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&msg[1..1 + n]);
-        c.send(&msg[..1 + n], busy)?;
-        bytes += n as u64;
-        bar.set_position(bytes);
     }
-    c.send(&[END], busy)?;
-    let Some(reply) = c.reply(HASH, Duration::from_secs(60), busy)? else {
-        bail!("the server did not confirm the stream within 60 s");
+}
+
+/// Offer the transfer `name` from `source`, send it from wherever the server says it holds
+/// bytes up to (again after every session that ends), finish it and wait for the server's
+/// verdict; the result line. With `deadline` the data ends then (throughput).
+fn transfer(
+    c: &mut Client,
+    mut source: Source,
+    name: &str,
+    size: usize,
+    stop: &std::sync::atomic::AtomicBool,
+    deadline: Option<Instant>,
+) -> Result<String> {
+    let (id, announced) = match &source {
+        Source::File { meta, .. } => (file_id(name, meta), Some(meta.len())),
+        Source::Stream(_) => (rand::random(), None),
+    };
+    let mut hashed = Hashed {
+        hash: Sha256::new(),
+        upto: 0,
+    };
+    // The next byte to read and send, and whether the source has ended.
+    let (mut offset, mut eof) = (0u64, false);
+    // What the server held at the last offer: where the transfer went on from.
+    let mut resumed_from;
+    let t = Instant::now();
+    let bar = indicatif::ProgressBar::new(announced.unwrap_or(0));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(if announced.is_some() {
+            "{bar:30} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})"
+        } else {
+            "{spinner} {bytes} sent ({bytes_per_sec})"
+        })
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let interrupted = || Failure::Interrupted(PARTIAL);
+    let (sent, hash, stored) = 'session: loop {
+        if app_protocol::is_set(stop) {
+            return Err(interrupted().into());
+        }
+        c.ended = false;
+        c.session()?;
+        let offer = Message::Offer {
+            id,
+            size: announced,
+            name,
+        };
+        if !c.send(&offer.encode())? {
+            continue 'session;
+        }
+        let answer = c.reply(|r| match Message::parse(r) {
+            Ok(Message::Accept { id: got, have }) if got == id => Some(Ok(have)),
+            Ok(Message::Fail { reason }) => Some(Err(reason.to_owned())),
+            _ => None,
+        })?;
+        let have = match answer {
+            None => continue 'session,
+            Some(Err(reason)) => return Err(Failure::Refused(reason).into()),
+            Some(Ok(have)) => have,
+        };
+        c.started = true;
+        resumed_from = have;
+        // Go on from `have`.
+        match &mut source {
+            Source::File { file, meta } => {
+                if have > meta.len() {
+                    bail!(
+                        "the server holds {have} bytes of a {}-byte file",
+                        meta.len()
+                    );
+                }
+                if have > hashed.upto {
+                    // Resumed by a new process: the bytes the server holds are hashed here too.
+                    file.seek(SeekFrom::Start(hashed.upto))?;
+                    let mut prefix = file.take(have - hashed.upto);
+                    let n =
+                        std::io::copy(&mut prefix, &mut hashed.hash).context("reading the file")?;
+                    hashed.upto += n;
+                }
+                file.seek(SeekFrom::Start(have))
+                    .context("reading the file")?;
+                offset = have;
+                eof = false;
+                c.handed_back.clear();
+            }
+            Source::Stream(_) => {
+                // Only what the ended session handed back can be sent again.
+                let back: Vec<Vec<u8>> = c.handed_back.drain(..).collect();
+                let mut at = have;
+                for m in back {
+                    let Ok(Message::Data { offset: o, bytes }) = Message::parse(&m) else {
+                        continue;
+                    };
+                    let end = o + bytes.len() as u64;
+                    if end <= at {
+                        continue;
+                    }
+                    if o > at {
+                        break;
+                    }
+                    let rest = &bytes[(at - o) as usize..];
+                    let again = Message::Data {
+                        offset: at,
+                        bytes: rest,
+                    }
+                    .encode();
+                    if !c.send(&again)? {
+                        continue 'session;
+                    }
+                    at = end;
+                }
+                if at != offset {
+                    bail!(
+                        "the server holds {have} bytes and the session handed back up to {at} of \
+                         the {offset} read: standard input cannot be read again; send it again"
+                    );
+                }
+            }
+        }
+        while !eof {
+            if app_protocol::is_set(stop) {
+                return Err(interrupted().into());
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                eof = true;
+                break;
+            }
+            let mut m = c.node.endpoint_mut().alloc();
+            let room = &mut m.tail_room(size)[..size];
+            room[..DATA_HEADER].copy_from_slice(&data_header(offset));
+            let n = match &mut source {
+                Source::File { file, .. } => {
+                    app_protocol::read_full(file, &mut room[DATA_HEADER..])
+                }
+                Source::Stream(r) => app_protocol::read_full(r, &mut room[DATA_HEADER..]),
+            }
+            .context("reading the input")?;
+            if n == 0 {
+                c.node.endpoint_mut().recycle(m);
+                eof = true;
+                break;
+            }
+            m.commit_tail(DATA_HEADER + n);
+            hashed.update(offset, &m.data()[DATA_HEADER..]);
+            loop {
+                if c.ended {
+                    // Kept for a stream (a file is read again from what the server holds).
+                    c.handed_back.push_back(m.data().to_vec());
+                    c.node.endpoint_mut().recycle(m);
+                    offset += n as u64;
+                    continue 'session;
+                }
+                let now = c.node.now();
+                match c.node.endpoint_mut().send_msg(now, c.peer, m) {
+                    Ok(()) => break,
+                    Err(e) if e.error == SessionSendError::WouldBlock => {
+                        m = e.msg;
+                        c.pump()?;
+                    }
+                    Err(e) => bail!("sending: {}", e.error),
+                }
+            }
+            offset += n as u64;
+            bar.set_position(offset);
+        }
+        let hash: [u8; 32] = hashed.hash.clone().finalize().into();
+        let finish = Message::Finish { size: offset, hash };
+        if !c.send(&finish.encode())? {
+            continue 'session;
+        }
+        let verdict = c.reply(|r| match Message::parse(r) {
+            Ok(Message::Done { name }) => Some(Ok(name.to_owned())),
+            Ok(Message::Fail { reason }) => Some(Err(reason.to_owned())),
+            _ => None,
+        })?;
+        match verdict {
+            None => continue 'session,
+            Some(Err(reason)) => return Err(Failure::Refused(reason).into()),
+            Some(Ok(stored)) => break 'session (offset, hash, stored),
+        }
     };
     bar.finish_and_clear();
     let elapsed = t.elapsed();
-    let ours = app_protocol::hex_digest(&hash.finalize());
-    let theirs = String::from_utf8_lossy(&reply[1..]).into_owned();
-    if ours != theirs {
-        bail!("the server's sha256 {theirs} differs from ours {ours}");
-    }
     Ok(format!(
-        "bytes={bytes} seconds={:.3} mbytes_per_s={:.1} sha256={ours} verified=yes",
+        "bytes={sent} seconds={:.3} mbytes_per_s={:.1} sha256={} verified=yes stored={stored} \
+         resumed_from={}",
         elapsed.as_secs_f64(),
-        bytes as f64 / elapsed.as_secs_f64() / 1e6
+        sent as f64 / elapsed.as_secs_f64() / 1e6,
+        app_protocol::hex_digest(&hash),
+        resumed_from,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_result_line_becomes_a_json_object() {
+        let j = super::json_line("bytes=5 seconds=0.5 sha256=ab12 verified=yes stored=a b");
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["bytes"], 5);
+        assert_eq!(v["seconds"], 0.5);
+        assert_eq!(v["sha256"], "ab12");
+        assert_eq!(v["verified"], true);
+        assert_eq!(v["stored"], "a");
+    }
 }

@@ -7,9 +7,11 @@
 
 pub mod app_protocol;
 pub mod connect;
+pub mod incoming;
 pub mod keys;
 pub mod relay;
 pub mod serve;
+pub mod transfer;
 
 use clap::Subcommand;
 
@@ -18,9 +20,10 @@ use clap::Subcommand;
 pub enum Command {
     /// Generate a static key pair for sessions (FILE private, FILE.pub public).
     Keygen(keys::KeygenArgs),
-    /// Hold sessions on one UDP socket: echo pings, sink data, write streams to files.
+    /// Hold sessions on one UDP socket: echo pings, receive transfers (into files with --out).
     Serve(serve::ServeArgs),
-    /// A session to `phyllo serve`: send stdin or a file, ping, or measure throughput.
+    /// A session to `phyllo serve`: send a file or stdin, ping, or measure throughput.
+    #[command(after_help = connect::TRANSFERS)]
     Connect(connect::ConnectArgs),
     /// A UDP relay that impairs what it forwards (loss, delay, jitter, reordering,
     /// duplication, corruption).

@@ -60,6 +60,19 @@ struct Impair {
     faults: Faults,
     delay: Duration,
     jitter: Duration,
+    counts: Counts,
+}
+
+/// What the relay did, printed when it stops.
+#[derive(Debug, Default)]
+struct Counts {
+    received: u64,
+    lost: u64,
+    duplicated: u64,
+    reordered: u64,
+    corrupted: u64,
+    forwarded: u64,
+    send_failed: u64,
 }
 
 impl Impair {
@@ -77,6 +90,7 @@ impl Impair {
             },
             delay: ms(a.delay),
             jitter: ms(a.jitter),
+            counts: Counts::default(),
         }
     }
 
@@ -84,14 +98,21 @@ impl Impair {
     /// of a duplicated datagram carry the first copy's corruption, if any).
     fn plan(&mut self, now: Instant, d: &mut [u8]) -> Vec<Instant> {
         let fate = self.faults.draw(&mut self.rng, d.len());
+        let c = &mut self.counts;
+        c.received += 1;
         let mut at = Vec::new();
         for (i, a) in fate.copies.into_iter().flatten().enumerate() {
             if i == 0 {
                 a.corrupt(d);
+                c.corrupted += u64::from(a.flip.is_some());
+            } else {
+                c.duplicated += 1;
             }
+            c.reordered += u64::from(a.extra.is_some());
             let jitter = self.jitter.mul_f64(self.rng.random::<f64>());
             at.push(now + self.delay + jitter + a.extra.unwrap_or_default());
         }
+        c.lost += u64::from(at.is_empty());
         at
     }
 }
@@ -106,8 +127,9 @@ enum Dest {
 /// A datagram held until its release instant (the serial keeps equal instants in order).
 type Held = (Instant, u64, Dest, Vec<u8>);
 
-/// Run the relay until killed.
+/// Run the relay until SIGINT or SIGTERM; then print what it did.
 pub fn relay(args: RelayArgs) -> Result<()> {
+    let stop = crate::app_protocol::interrupted()?;
     let listen_addr = crate::app_protocol::parse_addr(&args.listen)?;
     let to = crate::app_protocol::parse_addr(&args.to)?;
     let front =
@@ -137,7 +159,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
     } else {
         "[::]:0".parse()?
     };
-    loop {
+    while !crate::app_protocol::is_set(&stop) {
         let mut moved = false;
         // From clients.
         loop {
@@ -185,10 +207,14 @@ pub fn relay(args: RelayArgs) -> Result<()> {
             };
             moved = true;
             // A send that fails is a loss, as on a real path.
-            let _ = match dest {
+            let sent = match dest {
                 Dest::Up(i) => backs[i].0.send(&d),
                 Dest::Down(c) => front.send_to(&d, c),
             };
+            match sent {
+                Ok(_) => imp.counts.forwarded += 1,
+                Err(_) => imp.counts.send_failed += 1,
+            }
         }
         if !moved {
             let next = held
@@ -198,4 +224,19 @@ pub fn relay(args: RelayArgs) -> Result<()> {
             std::thread::sleep(next.min(Duration::from_micros(200)));
         }
     }
+    let c = &imp.counts;
+    eprintln!(
+        "relay stopping: {} datagrams received from {} clients, {} lost, {} duplicated, {} \
+         reordered, {} corrupted, {} forwarded, {} sends failed, {} still held",
+        c.received,
+        clients.len(),
+        c.lost,
+        c.duplicated,
+        c.reordered,
+        c.corrupted,
+        c.forwarded,
+        c.send_failed,
+        held.len()
+    );
+    Ok(())
 }

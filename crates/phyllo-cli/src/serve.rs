@@ -1,13 +1,13 @@
 //! `phyllo serve`: many sessions on one UDP socket — echo for pings, sink for data, and with
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
 
-use crate::app_protocol::{self, DATA, END, HASH, PING};
-use anyhow::{Context, Result};
+use crate::app_protocol;
+use crate::incoming::{Incoming, Refusal, Store};
+use crate::transfer::{Message, PING};
+use anyhow::{bail, Context, Result};
 use phyllo::{Event, PeerId, SessionSendError};
 use phyllo_net::{EngineConfig, SessionSocket};
-use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -34,15 +34,20 @@ pub struct ServeArgs {
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
     pub accel: bool,
-    /// Write each stream received to a file in this directory.
+    /// Store each transfer received in this directory, under the name its sender gave: written
+    /// to a partial file (`.phyllo-part-…`), checked whole (SHA-256), then put in place. Without
+    /// it the server checks transfers and keeps nothing.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Replace a file that has a transfer's name (by default such a transfer is refused).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Busy-poll the socket (lowest latency, one core busy).
     #[arg(long)]
     pub busy_poll: bool,
-    /// Stop after this many streams have ended (0: run until Ctrl-C).
+    /// Stop after this many transfers have ended, stored or refused (0: run until Ctrl-C).
     #[arg(long, default_value_t = 0)]
-    pub streams: u64,
+    pub transfers: u64,
     /// Print the address actually bound (for `--listen 127.0.0.1:0`) on the first line.
     #[arg(long)]
     pub print_addr: bool,
@@ -54,38 +59,42 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = EngineConfig::default().quota as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub quota: u64,
-    /// The most of each 10 ms the listening socket may take on the receive engine, in (0, 1]:
-    /// under a flood of strangers' datagrams it waits out the rest of the period (the kernel
-    /// drops what no longer fits) while established peers' own sockets are served, and the
-    /// CPU it leaves goes to them and to other processes. The default, 5 %, holds 200
+    /// The most of each 10 ms the listening sockets may take together on the receive engine,
+    /// in (0, 1]: under a flood of strangers' datagrams they wait out the rest of the period
+    /// (the kernel drops what no longer fits) while established peers' own sockets are
+    /// served, and the CPU they leave goes to them and to other processes. The kernel spreads
+    /// strangers over eight listening sockets by source, so a flood from one source fills one
+    /// of them and handshakes from elsewhere go on. The default, 5 %, holds 200
     /// handshakes per second with room to spare; raise it when many peers beyond the
     /// dedicated sockets share the listening socket.
     #[arg(long, default_value_t = EngineConfig::default().listen_share)]
     pub listen_share: f64,
 }
 
+/// What the server holds for one peer.
 #[derive(Default)]
-struct Stream {
-    bytes: u64,
-    msgs: u64,
-    hash: Sha256,
-    file: Option<std::io::BufWriter<std::fs::File>>,
-    /// Answers that did not fit yet.
+struct Peer {
+    /// The transfer being received.
+    transfer: Option<Incoming>,
+    /// The last transfer was refused: its data is dropped without more answers until the
+    /// next offer.
+    refused: bool,
+    /// Answers that did not fit the session yet.
     replies: VecDeque<Vec<u8>>,
-    files: u64,
 }
 
-/// The server's application: echo pings, sink streams (hashing them, writing them with
-/// `--out`), answer each stream's end with its hash.
+/// The server's application: echo pings, receive transfers ([`crate::incoming`]).
 struct App<'a> {
     args: &'a ServeArgs,
-    streams: HashMap<PeerId, Stream>,
-    ended_streams: u64,
+    store: Store,
+    peers: HashMap<PeerId, Peer>,
+    ended_transfers: u64,
 }
 
 impl App<'_> {
     /// Report session events and serve every peer with deliveries; answers are queued in the
-    /// sessions (the next flush sends them).
+    /// sessions (the next flush sends them). Nothing a peer sends, and no failure to store
+    /// what it sends, ends the server: the transfer ends, with the reason sent back.
     fn round(&mut self, node: &mut SessionSocket) -> Result<()> {
         while let Some(e) = node.endpoint_mut().poll_event() {
             match e {
@@ -100,16 +109,35 @@ impl App<'_> {
                     peer,
                     reason,
                     unconfirmed,
-                } => eprintln!(
-                    "session ended: peer {} ({reason:?}), {} messages unconfirmed",
-                    peer.0,
-                    unconfirmed.len()
-                ),
+                } => {
+                    eprintln!(
+                        "session ended: peer {} ({reason:?}), {} messages unconfirmed",
+                        peer.0,
+                        unconfirmed.len()
+                    );
+                    // What it sent so far goes to its partial file; the transfer stays, for
+                    // the peer to resume in its next session.
+                    if let Some(t) = self
+                        .peers
+                        .get_mut(&peer)
+                        .and_then(|st| st.transfer.as_mut())
+                    {
+                        if let Err(r) = t.flush() {
+                            eprintln!("peer {}: transfer {:?} failed: {r}", peer.0, t.name());
+                            t.abandon();
+                            self.peers.remove(&peer);
+                        }
+                    }
+                }
             }
         }
         let readable = node.take_readable();
         for p in readable {
-            let st = self.streams.entry(p).or_default();
+            let key = node
+                .endpoint()
+                .peer_key(p)
+                .map_or_else(String::new, |k| k.to_string());
+            let st = self.peers.entry(p).or_default();
             loop {
                 let now = node.now();
                 // Replies first, in order; a full session stops this peer's reading until
@@ -130,74 +158,127 @@ impl App<'_> {
                     node.mark_readable(p);
                     break;
                 }
-                let dir = self.args.out.as_ref();
-                let got =
-                    node.endpoint_mut()
-                        .poll_delivery_with(p, |m| -> Result<Option<Vec<u8>>> {
-                            match m.first() {
-                                Some(&PING) => Ok(Some(m.to_vec())),
-                                Some(&DATA) => {
-                                    st.bytes += m.len() as u64 - 1;
-                                    st.msgs += 1;
-                                    st.hash.update(&m[1..]);
-                                    if let Some(dir) = dir {
-                                        if st.file.is_none() {
-                                            let path =
-                                                dir.join(format!("stream-{}-{}", p.0, st.files));
-                                            let f = std::fs::File::create(&path).with_context(
-                                                || format!("creating {}", path.display()),
-                                            )?;
-                                            st.file = Some(std::io::BufWriter::new(f));
-                                        }
-                                        if let Some(f) = st.file.as_mut() {
-                                            f.write_all(&m[1..]).context("writing the stream")?;
-                                        }
-                                    }
-                                    Ok(None)
-                                }
-                                Some(&END) => {
-                                    let digest = std::mem::take(&mut st.hash).finalize();
-                                    if let Some(mut f) = st.file.take() {
-                                        f.flush().context("writing the stream")?;
-                                        st.files += 1;
-                                    }
-                                    let mut r = vec![HASH];
-                                    r.extend_from_slice(
-                                        app_protocol::hex_digest(&digest).as_bytes(),
-                                    );
-                                    Ok(Some(r))
-                                }
-                                _ => Ok(None),
-                            }
-                        });
+                let store = &self.store;
+                let ended = &mut self.ended_transfers;
+                let got = node
+                    .endpoint_mut()
+                    .poll_delivery_with(p, |m| answer(st, store, &key, p, m, ended));
                 match got {
                     None => break,
-                    Some(r) => {
-                        if let Some(reply) = r? {
-                            if reply[0] == HASH {
-                                self.ended_streams += 1;
-                                eprintln!(
-                                    "stream from peer {} ended: {} bytes in {} messages, sha256 {}",
-                                    p.0,
-                                    st.bytes,
-                                    st.msgs,
-                                    String::from_utf8_lossy(&reply[1..])
-                                );
-                                st.bytes = 0;
-                                st.msgs = 0;
-                            }
-                            st.replies.push_back(reply);
-                        }
-                    }
+                    Some(Some(reply)) => st.replies.push_back(reply),
+                    Some(None) => {}
                 }
             }
         }
         Ok(())
     }
 
-    /// Whether `--streams N` streams have ended.
+    /// Whether `--transfers N` transfers have ended.
     fn done(&self) -> bool {
-        self.args.streams > 0 && self.ended_streams >= self.args.streams
+        self.args.transfers > 0 && self.ended_transfers >= self.args.transfers
+    }
+}
+
+/// Handle message `m` from peer `p` (key `key`); the answer, if any.
+fn answer(
+    st: &mut Peer,
+    store: &Store,
+    key: &str,
+    p: PeerId,
+    m: &[u8],
+    ended: &mut u64,
+) -> Option<Vec<u8>> {
+    let fail = |st: &mut Peer, reason: String| {
+        st.refused = true;
+        Some(Message::Fail { reason: &reason }.encode())
+    };
+    match Message::parse(m) {
+        _ if m.first() == Some(&PING) => Some(m.to_vec()),
+        Ok(Message::Offer { id, size, name }) => {
+            st.refused = false;
+            match st.transfer.take() {
+                // The same transfer offered again (its sender's session ended and came back).
+                Some(t) if t.id() == id => {
+                    let have = t.have();
+                    st.transfer = Some(t);
+                    return Some(Message::Accept { id, have }.encode());
+                }
+                Some(t) => {
+                    if let Err(r) = t.suspend() {
+                        eprintln!("peer {}: the transfer it left failed: {r}", p.0);
+                    }
+                }
+                None => {}
+            }
+            match store.offer(key, id, name, size) {
+                Ok(t) => {
+                    eprintln!(
+                        "peer {}: receiving {name:?} ({}), from byte {}",
+                        p.0,
+                        size.map_or("size unknown".into(), |s| format!("{s} bytes")),
+                        t.have()
+                    );
+                    let have = t.have();
+                    st.transfer = Some(t);
+                    Some(Message::Accept { id, have }.encode())
+                }
+                Err(r) => {
+                    eprintln!("peer {}: refused {name:?}: {r}", p.0);
+                    *ended += 1;
+                    fail(st, r.to_string())
+                }
+            }
+        }
+        Ok(Message::Data { offset, bytes }) => {
+            let t = match st.transfer.as_mut() {
+                Some(t) => t,
+                None if st.refused => return None,
+                None => return fail(st, Refusal::NoTransfer.to_string()),
+            };
+            match t.data(offset, bytes) {
+                Ok(()) => None,
+                Err(r) => {
+                    eprintln!("peer {}: transfer {:?} failed: {r}", p.0, t.name());
+                    t.abandon();
+                    st.transfer = None;
+                    *ended += 1;
+                    fail(st, r.to_string())
+                }
+            }
+        }
+        Ok(Message::Finish { size, hash }) => {
+            let Some(t) = st.transfer.take() else {
+                return (!st.refused).then(|| {
+                    Message::Fail {
+                        reason: &Refusal::NoTransfer.to_string(),
+                    }
+                    .encode()
+                });
+            };
+            let name = t.name().to_owned();
+            *ended += 1;
+            match t.finish(size, hash, store) {
+                Ok(stored) => {
+                    eprintln!(
+                        "peer {}: {name:?} complete, {size} bytes, sha256 {}{}",
+                        p.0,
+                        app_protocol::hex_digest(&hash),
+                        if store.dir.is_some() {
+                            format!(", stored as {stored:?}")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    Some(Message::Done { name: &stored }.encode())
+                }
+                Err(r) => {
+                    eprintln!("peer {}: transfer {name:?} failed: {r}", p.0);
+                    fail(st, r.to_string())
+                }
+            }
+        }
+        Ok(other) => fail(st, format!("unexpected message from a client: {other:?}")),
+        Err(e) => fail(st, format!("malformed message: {e}")),
     }
 }
 
@@ -255,7 +336,7 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
     };
     node.set_busy_poll(args.busy_poll);
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        check_out(dir)?;
     }
     let stop = app_protocol::interrupted()?;
     if args.print_addr {
@@ -270,8 +351,12 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
     );
     let mut app = App {
         args: &args,
-        streams: HashMap::new(),
-        ended_streams: 0,
+        store: Store {
+            dir: args.out.clone(),
+            overwrite: args.overwrite,
+        },
+        peers: HashMap::new(),
+        ended_transfers: 0,
     };
     let started = Instant::now();
     if engine {
@@ -298,6 +383,16 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
         }
     }
     eprintln!("stopping after {:.1} s", started.elapsed().as_secs_f64());
+    // Transfers not finished keep their partial files, written out, for their senders to
+    // resume.
+    for (p, st) in app.peers.drain() {
+        if let Some(t) = st.transfer {
+            let name = t.name().to_owned();
+            if let Err(r) = t.suspend() {
+                eprintln!("peer {}: transfer {name:?} failed: {r}", p.0);
+            }
+        }
+    }
     for p in node.endpoint().peers().collect::<Vec<_>>() {
         if let (Some(k), Some(s)) = (node.endpoint().peer_key(p), node.endpoint().peer_stats(p)) {
             eprintln!(
@@ -307,5 +402,25 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
         }
     }
     eprintln!("{}", app_protocol::drops_line(node.endpoint()));
+    Ok(())
+}
+
+/// Make `--out` if it is missing and check that the server can write there, before serving.
+fn check_out(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
+    if !std::fs::metadata(dir)?.is_dir() {
+        bail!("--out {}: not a directory", dir.display());
+    }
+    let probe = dir.join(format!(
+        "{}probe-{}",
+        crate::transfer::PARTIAL_PREFIX,
+        std::process::id()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| format!("--out {}: cannot write there", dir.display()))?;
+    std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))?;
     Ok(())
 }

@@ -2,119 +2,23 @@
 //! across two network namespaces through `phyllo relay`'s impaired path, the one-line
 //! errors of bad input, and the runtime crate's `echo_client` example against `phyllo serve`.
 
-use rand::{RngCore, SeedableRng};
-use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_phyllo");
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("phyllo-e2e-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn keygen(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    let out = Command::new(BIN)
-        .args(["keygen", "--out"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    p
-}
-
-fn pubfile(p: &Path) -> String {
-    format!("{}.pub", p.display())
-}
-
-/// A file of `bytes` seeded random bytes; returns its SHA-256.
-fn random_file(path: &Path, bytes: usize) -> Vec<u8> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut h = Sha256::new();
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len());
-        rng.fill_bytes(&mut chunk[..n]);
-        h.update(&chunk[..n]);
-        f.write_all(&chunk[..n]).unwrap();
-        left -= n;
-    }
-    f.flush().unwrap();
-    h.finalize().to_vec()
-}
-
-fn sha256_of(path: &Path) -> Vec<u8> {
-    let mut h = Sha256::new();
-    let mut f = std::fs::File::open(path).unwrap();
-    std::io::copy(&mut f, &mut h).unwrap();
-    h.finalize().to_vec()
-}
-
-/// A child process killed when dropped.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Start a command that prints its bound address on its first line; returns it and the line.
-fn spawn_with_addr(mut cmd: Command) -> (Kill, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (Kill(child), line.trim().to_string())
-}
-
-fn wait_exit(k: &mut Kill, limit: Duration) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if let Ok(Some(s)) = k.0.try_wait() {
-            return s.success();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `connect` succeeded and verified the server's hash, the server stopped after the stream,
-/// and the file it wrote into `out` hashes to `want`.
-fn check_transfer(o: &Output, server: &mut Kill, out: &Path, want: &[u8]) {
+/// `connect` succeeded and verified the server's hash, the server stopped after the transfer,
+/// and the file it stored in `out` as `name` hashes to `want`.
+fn check_transfer(o: &Output, server: &mut Kill, out: &Path, name: &str, want: &[u8]) {
     assert!(o.status.success(), "{}", stderr(o));
     assert!(stdout(o).contains("verified=yes"), "{}", stdout(o));
     assert!(
         wait_exit(server, Duration::from_secs(20)),
         "serve did not stop"
     );
-    assert_eq!(
-        sha256_of(&out.join("stream-0-0")),
-        want,
-        "the file written differs"
-    );
+    assert_eq!(sha256_of(&out.join(name)), want, "the file written differs");
 }
 
 #[test]
@@ -132,7 +36,7 @@ fn serve_and_connect_move_256_mib_intact_over_loopback() {
             "127.0.0.1:0",
             "--print-addr",
             "--accel",
-            "--streams",
+            "--transfers",
             "1",
         ])
         .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
@@ -147,7 +51,7 @@ fn serve_and_connect_move_256_mib_intact_over_loopback() {
         .output()
         .unwrap();
     assert!(stdout(&o).contains(&format!("bytes={}", 256 << 20)));
-    check_transfer(&o, &mut server, &out, &want);
+    check_transfer(&o, &mut server, &out, "input", &want);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -261,7 +165,7 @@ fn serve_and_connect_across_namespaces_through_an_impaired_relay() {
             "--listen",
             "10.231.2.2:7802",
         ])
-        .args(["--print-addr", "--accel", "--streams", "1"])
+        .args(["--print-addr", "--accel", "--transfers", "1"])
         .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
         .arg("--out")
         .arg(&out);
@@ -282,7 +186,7 @@ fn serve_and_connect_across_namespaces_through_an_impaired_relay() {
         .arg(&file)
         .output()
         .unwrap();
-    check_transfer(&o, &mut server, &out, &want);
+    check_transfer(&o, &mut server, &out, "input", &want);
     eprintln!("across namespaces: {}", stdout(&o).trim());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -438,4 +342,84 @@ fn the_runtime_s_echo_client_example_talks_to_phyllo_serve() {
         stdout(&o),
         stderr(&o)
     );
+}
+
+/// `phyllo relay` forwards, stops on SIGTERM with status 0, and says what it did.
+#[test]
+fn relay_stops_on_sigterm_and_prints_its_counters() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let mut relay = Command::new(BIN)
+        .args([
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            &to,
+            "--print-addr",
+        ])
+        .args(["--loss", "0.5", "--seed", "7"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(relay.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..100u8 {
+        client.send_to(&[i; 32], line.trim()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let ok = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let o = relay.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let counters = e.lines().last().unwrap_or("");
+    assert!(
+        counters.starts_with("relay stopping: 100 datagrams received from 1 clients"),
+        "{e}"
+    );
+    // Half lost (seeded), the rest forwarded.
+    let field = |k: &str| -> u64 {
+        counters
+            .split(", ")
+            .find_map(|f| f.strip_suffix(k))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {counters}"))
+    };
+    let (lost, forwarded) = (field(" lost"), field(" forwarded"));
+    assert!(lost > 20 && lost < 80, "{counters}");
+    assert_eq!(lost + forwarded, 100, "{counters}");
+}
+
+/// Shell completions and the man page come from the command's own definition.
+#[test]
+fn completions_and_the_man_page_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let text = stdout(&o);
+        for sub in ["keygen", "serve", "connect", "relay"] {
+            assert!(text.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let o = Command::new(BIN).arg("man").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = stdout(&o);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH phyllo 1"),
+        "{page}"
+    );
+    assert!(page.contains("connect") && page.contains("relay"));
 }

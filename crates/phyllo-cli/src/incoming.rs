@@ -1,0 +1,492 @@
+//! The server's side of a transfer ([`crate::transfer`]): where its bytes go, what it holds,
+//! and the checks that decide whether it becomes a file.
+//!
+//! With an output directory, a transfer is written to a partial file of its own
+//! (`.phyllo-part-…`, named by the peer's key and the transfer's id, created without following
+//! symlinks), strictly in a row from the start, so its length is what the server holds and a
+//! restarted server resumes from it. At [`Incoming::finish`] the whole file's SHA-256 must
+//! match the sender's; only then is it synced and linked under its name, which is never
+//! replaced unless the server was told so (`--overwrite`). Any failure ends the transfer with
+//! a reason for the sender and leaves no file under the name; a failure to write removes the
+//! partial file (it may be what filled the disk). Without an output directory the server only
+//! counts and checks.
+
+use crate::transfer::{check_name, TransferId, PARTIAL_PREFIX};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Why a transfer ended without a file; the text goes to the sender.
+#[derive(Debug, Error)]
+pub enum Refusal {
+    /// The offered name is not a base name the server may store under.
+    #[error("refused name {name:?}: {why}")]
+    Name {
+        /// The name offered.
+        name: String,
+        /// What is wrong with it.
+        why: crate::transfer::NameError,
+    },
+    /// A file of that name exists and the server may not replace it.
+    #[error("{0:?} exists on the server (it replaces files only with --overwrite)")]
+    Exists(String),
+    /// Not enough free space for the announced size.
+    #[error("{need} bytes do not fit: {free} bytes free on the server")]
+    Space {
+        /// The announced size.
+        need: u64,
+        /// Free bytes in the output directory.
+        free: u64,
+    },
+    /// Data with no transfer offered in this session.
+    #[error("data without an offered transfer")]
+    NoTransfer,
+    /// Data past the announced size.
+    #[error("data at {offset}..{end} beyond the announced size {size}")]
+    BeyondSize {
+        /// The data's first byte.
+        offset: u64,
+        /// One past its last.
+        end: u64,
+        /// The size announced.
+        size: u64,
+    },
+    /// Data that would leave a hole: the server holds fewer bytes than its offset.
+    #[error("data at {offset} when the server holds {have} bytes")]
+    Gap {
+        /// The data's offset.
+        offset: u64,
+        /// Bytes held.
+        have: u64,
+    },
+    /// Data over bytes already held, and different from them.
+    #[error("data at {offset} differs from the bytes the server already holds there")]
+    Overlap {
+        /// The data's offset.
+        offset: u64,
+    },
+    /// The finished transfer's size is not what was sent or announced.
+    #[error("finished at {size} bytes, but the server holds {have} (announced {announced:?})")]
+    Size {
+        /// The size the sender finished with.
+        size: u64,
+        /// Bytes the server holds.
+        have: u64,
+        /// The size offered.
+        announced: Option<u64>,
+    },
+    /// The whole transfer's SHA-256 differs from the sender's.
+    #[error("the SHA-256 of the bytes received differs from the sender's")]
+    Hash,
+    /// The server could not write or place the file.
+    #[error("server-side error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Refusal + '_ {
+    move |source| Refusal::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Where an accepted transfer's bytes go.
+struct Partial {
+    path: PathBuf,
+    file: File,
+}
+
+/// One transfer the server is receiving.
+pub struct Incoming {
+    id: TransferId,
+    name: String,
+    size: Option<u64>,
+    /// Bytes held, in a row from the start.
+    have: u64,
+    /// SHA-256 of those bytes.
+    hash: Sha256,
+    /// The partial file, with an output directory.
+    partial: Option<Partial>,
+    /// Data not yet written to the partial file (written in runs of this much).
+    pending: Vec<u8>,
+}
+
+/// Bytes gathered before one write to the partial file.
+const WRITE_RUN: usize = 1 << 20;
+
+/// Options of the receiving side.
+#[derive(Clone, Debug, Default)]
+pub struct Store {
+    /// The output directory (`None`: count and check, keep nothing).
+    pub dir: Option<PathBuf>,
+    /// Replace a file of the same name.
+    pub overwrite: bool,
+}
+
+impl Store {
+    /// Take the transfer `id`, named `name`, of `size` bytes if known, from the peer whose key
+    /// is `peer` (hexadecimal): a new partial file, or the one a transfer of the same id and
+    /// peer left (resumed from its length).
+    pub fn offer(
+        &self,
+        peer: &str,
+        id: TransferId,
+        name: &str,
+        size: Option<u64>,
+    ) -> Result<Incoming, Refusal> {
+        let name = check_name(name)
+            .map_err(|why| Refusal::Name {
+                name: name.into(),
+                why,
+            })?
+            .to_owned();
+        let mut t = Incoming {
+            id,
+            name,
+            size,
+            have: 0,
+            hash: Sha256::new(),
+            partial: None,
+            pending: Vec::new(),
+        };
+        let Some(dir) = &self.dir else {
+            return Ok(t);
+        };
+        let target = dir.join(&t.name);
+        if !self.overwrite && std::fs::symlink_metadata(&target).is_ok() {
+            return Err(Refusal::Exists(t.name));
+        }
+        let path = dir.join(partial_name(peer, &id));
+        let mut file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => f,
+            // A transfer of this id from this peer left it: go on from what it holds.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(io(&path))?,
+            Err(e) => return Err(io(&path)(e)),
+        };
+        if let Some(need) = size {
+            let free = free_space(dir).map_err(io(dir))?;
+            let held = file.metadata().map_err(io(&path))?.len();
+            if need.saturating_sub(held) > free {
+                drop(file);
+                if held == 0 {
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Err(Refusal::Space { need, free });
+            }
+        }
+        // What the file holds was written in a row from the start: hash it and go on after it
+        // (a longer file than announced is not this transfer's: start again).
+        let held = file.metadata().map_err(io(&path))?.len();
+        if size.is_some_and(|s| held > s) {
+            file.set_len(0).map_err(io(&path))?;
+        } else if held > 0 {
+            file.seek(SeekFrom::Start(0)).map_err(io(&path))?;
+            let copied = std::io::copy(&mut (&mut file).take(held), &mut t.hash);
+            t.have = copied.map_err(io(&path))?;
+        }
+        file.seek(SeekFrom::Start(t.have)).map_err(io(&path))?;
+        t.partial = Some(Partial { path, file });
+        Ok(t)
+    }
+}
+
+/// The partial file of transfer `id` from `peer`: named by both, so no peer reaches another's.
+fn partial_name(peer: &str, id: &TransferId) -> String {
+    let mut h = Sha256::new();
+    h.update(peer.as_bytes());
+    h.update(id);
+    let d = h.finalize();
+    format!(
+        "{PARTIAL_PREFIX}{}",
+        crate::app_protocol::hex_digest(&d[..16])
+    )
+}
+
+/// Free bytes for an unprivileged writer in `dir`'s file system.
+fn free_space(dir: &Path) -> std::io::Result<u64> {
+    let s = rustix::fs::statvfs(dir)?;
+    Ok(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+impl Incoming {
+    /// The transfer's id.
+    pub fn id(&self) -> TransferId {
+        self.id
+    }
+
+    /// Bytes held in a row from the start.
+    pub fn have(&self) -> u64 {
+        self.have
+    }
+
+    /// The name it will be stored under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `bytes` at `offset`: what extends the bytes held is kept; what overlaps them must be
+    /// the same bytes.
+    pub fn data(&mut self, offset: u64, bytes: &[u8]) -> Result<(), Refusal> {
+        let end = offset.saturating_add(bytes.len() as u64);
+        if let Some(size) = self.size.filter(|&s| end > s) {
+            return Err(Refusal::BeyondSize { offset, end, size });
+        }
+        if offset > self.have {
+            return Err(Refusal::Gap {
+                offset,
+                have: self.have,
+            });
+        }
+        let old = ((self.have - offset) as usize).min(bytes.len());
+        if old > 0 && self.partial.is_some() {
+            self.flush()?;
+            let p = self.partial.as_ref().expect("checked");
+            let mut held = vec![0; old];
+            p.file
+                .read_exact_at(&mut held, offset)
+                .map_err(io(&p.path))?;
+            if held != bytes[..old] {
+                return Err(Refusal::Overlap { offset });
+            }
+        }
+        let new = &bytes[old..];
+        self.hash.update(new);
+        self.have += new.len() as u64;
+        if self.partial.is_some() {
+            self.pending.extend_from_slice(new);
+            if self.pending.len() >= WRITE_RUN {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write what is pending to the partial file.
+    pub fn flush(&mut self) -> Result<(), Refusal> {
+        if let Some(p) = &mut self.partial {
+            if !self.pending.is_empty() {
+                p.file.write_all(&self.pending).map_err(io(&p.path))?;
+                self.pending.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// The sender finished at `size` bytes with SHA-256 `hash`: check both, then store the
+    /// file under its name (synced first); the name it went under (`-` without an output
+    /// directory).
+    pub fn finish(mut self, size: u64, hash: [u8; 32], store: &Store) -> Result<String, Refusal> {
+        if size != self.have || self.size.is_some_and(|s| s != size) {
+            self.abandon();
+            return Err(Refusal::Size {
+                size,
+                have: self.have,
+                announced: self.size,
+            });
+        }
+        if self.hash.clone().finalize()[..] != hash {
+            self.abandon();
+            return Err(Refusal::Hash);
+        }
+        self.flush()?;
+        let (Some(p), Some(dir)) = (self.partial.take(), &store.dir) else {
+            return Ok("-".into());
+        };
+        p.file.sync_all().map_err(io(&p.path))?;
+        drop(p.file);
+        let target = dir.join(&self.name);
+        let placed = if store.overwrite {
+            // Replaces the name itself (a symlink there too), atomically.
+            std::fs::rename(&p.path, &target)
+        } else {
+            // Fails if anything has the name by now (a symlink too): never replaces.
+            std::fs::hard_link(&p.path, &target).and_then(|()| std::fs::remove_file(&p.path))
+        };
+        match placed {
+            Ok(()) => Ok(self.name.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_file(&p.path);
+                Err(Refusal::Exists(self.name.clone()))
+            }
+            Err(e) => Err(io(&target)(e)),
+        }
+    }
+
+    /// Give the transfer up and remove its partial file (a failed write, a wrong hash).
+    pub fn abandon(&mut self) {
+        if let Some(p) = self.partial.take() {
+            let _ = std::fs::remove_file(&p.path);
+        }
+    }
+
+    /// Stop receiving but keep the partial file, for the sender to resume (its session
+    /// ended, another transfer was offered, the server stops). Pending data is written.
+    pub fn suspend(mut self) -> Result<(), Refusal> {
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("phyllo-incoming-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn sha(b: &[u8]) -> [u8; 32] {
+        Sha256::digest(b).into()
+    }
+
+    #[test]
+    fn a_transfer_resumes_from_its_partial_file_and_lands_whole() {
+        let d = dir("resume");
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: false,
+        };
+        let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
+        let mut t = store
+            .offer("peer", [1; 16], "f", Some(body.len() as u64))
+            .unwrap();
+        t.data(0, &body[..1_000_000]).unwrap();
+        t.suspend().unwrap();
+        // A restarted server: the same offer finds the partial file.
+        let mut t = store
+            .offer("peer", [1; 16], "f", Some(body.len() as u64))
+            .unwrap();
+        assert_eq!(t.have(), 1_000_000);
+        // A resent overlap is idempotent; a different one is refused.
+        t.data(900_000, &body[900_000..1_100_000]).unwrap();
+        let mut wrong = body[1_000_000..1_000_010].to_vec();
+        wrong[3] ^= 1;
+        assert!(matches!(
+            t.data(1_000_000, &wrong),
+            Err(Refusal::Overlap { .. })
+        ));
+        assert!(matches!(
+            t.data(2_000_000, &body[..1]),
+            Err(Refusal::Gap { .. })
+        ));
+        t.data(1_100_000, &body[1_100_000..]).unwrap();
+        assert!(matches!(
+            t.data(body.len() as u64, b"x"),
+            Err(Refusal::BeyondSize { .. })
+        ));
+        assert_eq!(
+            t.finish(body.len() as u64, sha(&body), &store).unwrap(),
+            "f"
+        );
+        assert_eq!(std::fs::read(d.join("f")).unwrap(), body);
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(left.len(), 1, "the partial file is gone");
+    }
+
+    #[test]
+    fn an_existing_name_or_a_symlink_is_never_replaced_without_overwrite() {
+        let d = dir("exists");
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: false,
+        };
+        std::fs::write(d.join("taken"), b"old").unwrap();
+        assert!(matches!(
+            store.offer("p", [2; 16], "taken", Some(3)),
+            Err(Refusal::Exists(_))
+        ));
+        let outside = d.join("outside");
+        std::os::unix::fs::symlink(&outside, d.join("link")).unwrap();
+        assert!(matches!(
+            store.offer("p", [2; 16], "link", Some(3)),
+            Err(Refusal::Exists(_))
+        ));
+        // A symlink planted at the partial file's name is not followed either.
+        let part = d.join(partial_name("p", &[3; 16]));
+        std::os::unix::fs::symlink(&outside, &part).unwrap();
+        assert!(matches!(
+            store.offer("p", [3; 16], "new", Some(3)),
+            Err(Refusal::Io { .. })
+        ));
+        assert!(!outside.exists());
+        // With --overwrite the name is replaced, the symlink itself and not its target.
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: true,
+        };
+        let mut t = store.offer("p", [4; 16], "link", Some(3)).unwrap();
+        t.data(0, b"new").unwrap();
+        t.finish(3, sha(b"new"), &store).unwrap();
+        assert_eq!(std::fs::read(d.join("link")).unwrap(), b"new");
+        assert!(!outside.exists());
+        assert_eq!(std::fs::read(d.join("taken")).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_wrong_hash_or_size_leaves_no_file() {
+        let d = dir("hash");
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: false,
+        };
+        let mut t = store.offer("p", [5; 16], "h", None).unwrap();
+        t.data(0, b"abc").unwrap();
+        assert!(matches!(
+            t.finish(3, sha(b"abd"), &store),
+            Err(Refusal::Hash)
+        ));
+        let mut t = store.offer("p", [6; 16], "s", Some(4)).unwrap();
+        t.data(0, b"abc").unwrap();
+        assert!(matches!(
+            t.finish(3, sha(b"abc"), &store),
+            Err(Refusal::Size { .. })
+        ));
+        assert!(!d.join("h").exists() && !d.join("s").exists());
+        // An empty transfer is an empty file.
+        let t = store.offer("p", [7; 16], "empty", Some(0)).unwrap();
+        t.finish(0, sha(b""), &store).unwrap();
+        assert_eq!(std::fs::read(d.join("empty")).unwrap(), b"");
+    }
+
+    #[test]
+    fn names_with_paths_are_refused_before_anything_is_created() {
+        let d = dir("names");
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: false,
+        };
+        for bad in ["../x", "a/b", "", "..", "a\0b", ".phyllo-part-1"] {
+            assert!(matches!(
+                store.offer("p", [8; 16], bad, Some(1)),
+                Err(Refusal::Name { .. })
+            ));
+        }
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        assert!(matches!(
+            store.offer("p", [8; 16], "huge", Some(u64::MAX / 2)),
+            Err(Refusal::Space { .. })
+        ));
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+    }
+}
