@@ -1,11 +1,12 @@
 //! Fuzz the transfer protocol's parser (`phyllo_cli::transfer::Message::parse`) and the name
 //! check: any bytes give a message or a `ParseError`, never a panic; a message parsed encodes
-//! to bytes that parse to it again; a name either passes `check_name` as a base name or is refused.
+//! to bytes that parse to it again; a name either passes `check_name` as a base name or is refused, and a path passes
+//! `check_path` only as components that stay inside the output directory.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use phyllo_cli::transfer::{check_name, Message};
+use phyllo_cli::transfer::{check_name, check_path, Message};
 
 fuzz_target!(|data: &[u8]| {
     match Message::parse(data) {
@@ -15,6 +16,10 @@ fuzz_target!(|data: &[u8]| {
             if let Message::Offer { name, .. } = m {
                 if let Ok(n) = check_name(name) {
                     assert!(!n.contains('/') && n != ".." && !n.contains('\0'));
+                }
+                if let Ok(p) = check_path(name) {
+                    assert!(!p.starts_with('/') && !p.contains('\0'));
+                    assert!(p.split('/').all(|c| !c.is_empty() && c != "." && c != ".."));
                 }
             }
         }

@@ -49,7 +49,9 @@ enum Cmd {
 }
 
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1.
+/// The product's commands log as `phyllo` does (`RUST_LOG` chooses what).
 fn main() -> std::process::ExitCode {
+    phyllo_cli::log::init(0, false);
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

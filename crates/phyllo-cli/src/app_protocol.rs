@@ -24,6 +24,15 @@ pub fn is_set(flag: &AtomicBool) -> bool {
     flag.load(Ordering::SeqCst)
 }
 
+/// A public key's fingerprint for logs and statistics: the first 16 of its 64 hexadecimal
+/// digits (64 bits, enough to tell an operator's peers apart at a glance; the whole key is
+/// in the allow file).
+pub fn fingerprint(key: &PublicKey) -> String {
+    let mut k = key.to_string();
+    k.truncate(16);
+    k
+}
+
 /// A peer's statistics as one line.
 pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> String {
     let fast = s.fast_msgs + s.slow_msgs;
@@ -32,11 +41,10 @@ pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> S
     } else {
         "-".into()
     };
-    let key = key.to_string();
     format!(
-        "peer {}… at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
+        "peer {} at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
          fast-path ratio {}, datagrams dropped {}, returned unconfirmed {}",
-        &key[..12],
+        fingerprint(key),
         addr.map_or("?".into(), |a| a.to_string()),
         s.sessions,
         s.sent_msgs,

@@ -68,6 +68,13 @@ Transfers:
   not changed. Standard input resumes only within one run. A partial file the server keeps
   (.phyllo-part-...) never looks complete; it may be removed at any time.
 
+  A directory (--file DIR) goes file by file, each stored under DIR's base name and its
+  path inside DIR (directories made on the server as needed, never through a symlink);
+  symbolic links and special files are skipped, empty directories do not travel. Each file
+  is offered with its SHA-256: one the server already holds with the same bytes is
+  confirmed without being sent, so sending a directory again moves only what is missing.
+  The first file the server refuses ends the run (exit status 1).
+
 Exit status:
   0    the server stored the file and confirmed its SHA-256 (or pings/throughput done)
   1    the server refused or failed the transfer (the reason is printed: a bad name, a
@@ -97,7 +104,8 @@ pub struct ConnectArgs {
     /// Put the Protocol Accelerator in front of the stack.
     #[arg(long)]
     pub accel: bool,
-    /// Send this file (default: standard input), stored by the server under its base name.
+    /// Send this file (default: standard input), stored by the server under its base name;
+    /// or every file under this directory, stored under their paths in it.
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// The name to store standard input under.
@@ -301,29 +309,36 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     } else if let Some(secs) = args.throughput {
         let deadline = Instant::now() + Duration::from_secs_f64(secs);
         let source = Source::Stream(Box::new(std::io::repeat(0x5a)));
-        transfer(&mut c, source, "throughput", size, &stop, Some(deadline))?
+        let offer = Offering::base("throughput");
+        transfer(&mut c, source, offer, size, &stop, Some(deadline))?.line()
     } else {
         match &args.file {
+            Some(f) if f.is_dir() => send_tree(&mut c, f, size, &stop)?,
             Some(f) => {
-                let name = f
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .with_context(|| format!("{}: no file name to send it under", f.display()))?
-                    .to_owned();
+                let name = base_name(f)?;
                 let file =
                     std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
                 let meta = file
                     .metadata()
                     .with_context(|| format!("reading {}", f.display()))?;
                 if !meta.is_file() {
-                    bail!("{}: not a regular file", f.display());
+                    bail!("{}: not a regular file or a directory", f.display());
                 }
-                let source = Source::File { file, meta };
-                transfer(&mut c, source, &name, size, &stop, None)?
+                let offer = Offering::base(&name);
+                transfer(
+                    &mut c,
+                    Source::File { file, meta },
+                    offer,
+                    size,
+                    &stop,
+                    None,
+                )?
+                .line()
             }
             None => {
                 let source = Source::Stream(Box::new(std::io::stdin()));
-                transfer(&mut c, source, &args.name, size, &stop, None)?
+                let offer = Offering::base(&args.name);
+                transfer(&mut c, source, offer, size, &stop, None)?.line()
             }
         }
     };
@@ -466,17 +481,176 @@ impl Hashed {
     }
 }
 
-/// Offer the transfer `name` from `source`, send it from wherever the server says it holds
+/// How a transfer is offered: the name and what else the offer says.
+#[derive(Clone, Copy)]
+struct Offering<'a> {
+    /// The name to store it under.
+    name: &'a str,
+    /// `name` is a path inside a directory being sent.
+    tree: bool,
+    /// The SHA-256 of the whole transfer, when known beforehand.
+    hash: Option<[u8; 32]>,
+}
+
+impl<'a> Offering<'a> {
+    /// A transfer under the base name `name`.
+    fn base(name: &'a str) -> Self {
+        Offering {
+            name,
+            tree: false,
+            hash: None,
+        }
+    }
+}
+
+/// A finished transfer.
+struct Sent {
+    /// Its bytes.
+    bytes: u64,
+    /// Its SHA-256.
+    hash: [u8; 32],
+    /// The name the server stored it under (`-`: the server keeps no files).
+    stored: String,
+    /// The bytes the server held when the transfer went on the last time.
+    resumed_from: u64,
+    /// From the first offer to the server's verdict.
+    elapsed: Duration,
+    /// The server held these bytes under the name already: nothing moved.
+    held: bool,
+}
+
+impl Sent {
+    /// The result line of a single transfer.
+    fn line(&self) -> String {
+        format!(
+            "bytes={} seconds={:.3} mbytes_per_s={:.1} sha256={} verified=yes stored={} \
+             resumed_from={}",
+            self.bytes,
+            self.elapsed.as_secs_f64(),
+            self.bytes as f64 / self.elapsed.as_secs_f64() / 1e6,
+            app_protocol::hex_digest(&self.hash),
+            self.stored,
+            self.resumed_from,
+        )
+    }
+}
+
+/// The base name of `f`, to store it under.
+fn base_name(f: &std::path::Path) -> Result<String> {
+    Ok(f.file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: no file name to send it under", f.display()))?
+        .to_owned())
+}
+
+/// Send every regular file under the directory `root`, one transfer each, named
+/// `ROOT/path/inside` (`ROOT` the directory's base name) and offered with its SHA-256, so
+/// that a file the server already holds with the same bytes is confirmed without moving
+/// again. Symbolic links and special files are skipped (and said so); empty directories do
+/// not travel. The first transfer the server refuses ends the run; the result line counts
+/// the files sent and those already held.
+fn send_tree(
+    c: &mut Client,
+    root: &std::path::Path,
+    size: usize,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<String> {
+    let top = match root.file_name() {
+        Some(_) => base_name(root)?,
+        // `.` or `..`: the directory's own name.
+        None => base_name(
+            &root
+                .canonicalize()
+                .with_context(|| root.display().to_string())?,
+        )?,
+    };
+    let mut files = Vec::new();
+    let mut skipped = 0u64;
+    walk(root, &top, &mut files, &mut skipped)?;
+    let t = Instant::now();
+    let (mut bytes, mut moved, mut held) = (0u64, 0u64, 0u64);
+    for (path, name) in &files {
+        crate::transfer::check_path(name).map_err(|why| {
+            anyhow::anyhow!("{}: cannot be named {name:?}: {why}", path.display())
+        })?;
+        let mut file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut h = Sha256::new();
+        std::io::copy(&mut file, &mut h).with_context(|| format!("reading {}", path.display()))?;
+        let offer = Offering {
+            name,
+            tree: true,
+            hash: Some(h.finalize().into()),
+        };
+        let sent = transfer(c, Source::File { file, meta }, offer, size, stop, None)
+            .with_context(|| format!("sending {}", path.display()))?;
+        bytes += sent.bytes;
+        moved += sent.bytes - sent.resumed_from;
+        held += sent.held as u64;
+        tracing::info!(name, bytes = sent.bytes, stored = %sent.stored, "sent");
+    }
+    let elapsed = t.elapsed();
+    Ok(format!(
+        "files={} held_already={held} skipped={skipped} bytes={bytes} moved={moved} \
+         seconds={:.3} mbytes_per_s={:.1} verified=yes stored={top}",
+        files.len(),
+        elapsed.as_secs_f64(),
+        moved as f64 / elapsed.as_secs_f64() / 1e6,
+    ))
+}
+
+/// The regular files under `dir`, sorted, each with its name `prefix/...`; symbolic links
+/// and special files are counted in `skipped`, not followed.
+fn walk(
+    dir: &std::path::Path,
+    prefix: &str,
+    files: &mut Vec<(PathBuf, String)>,
+    skipped: &mut u64,
+) -> Result<()> {
+    let mut entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the directory {}", dir.display()))?
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("reading the directory {}", dir.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let Some(leaf) = e.file_name().to_str().map(String::from) else {
+            bail!(
+                "{}: not UTF-8, cannot be named on the server",
+                path.display()
+            );
+        };
+        let name = format!("{prefix}/{leaf}");
+        let ty = e
+            .file_type()
+            .with_context(|| format!("reading {}", path.display()))?;
+        if ty.is_dir() {
+            walk(&path, &name, files, skipped)?;
+        } else if ty.is_file() {
+            files.push((path, name));
+        } else {
+            tracing::warn!(path = %path.display(), "skipped: not a regular file or a directory");
+            *skipped += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Offer the transfer `offer` from `source`, send it from wherever the server says it holds
 /// bytes up to (again after every session that ends), finish it and wait for the server's
-/// verdict; the result line. With `deadline` the data ends then (throughput).
+/// verdict. With `deadline` the data ends then (throughput).
 fn transfer(
     c: &mut Client,
     mut source: Source,
-    name: &str,
+    offer: Offering<'_>,
     size: usize,
     stop: &std::sync::atomic::AtomicBool,
     deadline: Option<Instant>,
-) -> Result<String> {
+) -> Result<Sent> {
+    let name = offer.name;
     let (id, announced) = match &source {
         Source::File { meta, .. } => (file_id(name, meta), Some(meta.len())),
         Source::Stream(_) => (rand::random(), None),
@@ -506,23 +680,41 @@ fn transfer(
         }
         c.ended = false;
         c.session()?;
-        let offer = Message::Offer {
+        let m = Message::Offer {
             id,
             size: announced,
+            hash: offer.hash,
+            tree: offer.tree,
             name,
         };
-        if !c.send(&offer.encode())? {
+        if !c.send(&m.encode())? {
             continue 'session;
         }
         let answer = c.reply(|r| match Message::parse(r) {
-            Ok(Message::Accept { id: got, have }) if got == id => Some(Ok(have)),
+            Ok(Message::Accept { id: got, have }) if got == id => Some(Ok(Ok(have))),
+            Ok(Message::Done { name }) => Some(Ok(Err(name.to_owned()))),
             Ok(Message::Fail { reason }) => Some(Err(reason.to_owned())),
             _ => None,
         })?;
         let have = match answer {
             None => continue 'session,
             Some(Err(reason)) => return Err(Failure::Refused(reason).into()),
-            Some(Ok(have)) => have,
+            Some(Ok(Ok(have))) => have,
+            // The server holds these very bytes under the name already (the offer's hash).
+            Some(Ok(Err(stored))) => {
+                let (Some(bytes), Some(hash)) = (announced, offer.hash) else {
+                    bail!("the server confirmed {stored:?} without its hash offered");
+                };
+                bar.finish_and_clear();
+                return Ok(Sent {
+                    bytes,
+                    hash,
+                    stored,
+                    resumed_from: bytes,
+                    elapsed: t.elapsed(),
+                    held: true,
+                });
+            }
         };
         c.started = true;
         resumed_from = have;
@@ -646,15 +838,14 @@ fn transfer(
         }
     };
     bar.finish_and_clear();
-    let elapsed = t.elapsed();
-    Ok(format!(
-        "bytes={sent} seconds={:.3} mbytes_per_s={:.1} sha256={} verified=yes stored={stored} \
-         resumed_from={}",
-        elapsed.as_secs_f64(),
-        sent as f64 / elapsed.as_secs_f64() / 1e6,
-        app_protocol::hex_digest(&hash),
+    Ok(Sent {
+        bytes: sent,
+        hash,
+        stored,
         resumed_from,
-    ))
+        elapsed: t.elapsed(),
+        held: false,
+    })
 }
 
 #[cfg(test)]

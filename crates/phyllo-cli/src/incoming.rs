@@ -6,15 +6,22 @@
 //! symlinks), strictly in a row from the start, so its length is what the server holds and a
 //! restarted server resumes from it. At [`Incoming::finish`] the whole file's SHA-256 must
 //! match the sender's; only then is it synced and linked under its name, which is never
-//! replaced unless the server was told so (`--overwrite`). Any failure ends the transfer with
+//! replaced unless the server was told so (`--overwrite`). A file of a directory being sent
+//! goes under its path inside the output directory: the directories on the way are made as
+//! needed and walked one by one without following a symlink ([`parent_dir`]), so nothing is
+//! ever written outside the output directory. An offer that carries a hash is answered
+//! with [`Taken::Held`] when the name already holds exactly those bytes. Any failure ends the transfer with
 //! a reason for the sender and leaves no file under the name; a failure to write removes the
 //! partial file (it may be what filled the disk). Without an output directory the server only
 //! counts and checks.
 
-use crate::transfer::{check_name, TransferId, PARTIAL_PREFIX};
+use crate::transfer::{check_name, check_path, TransferId, PARTIAL_PREFIX};
+use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -33,6 +40,9 @@ pub enum Refusal {
     /// A file of that name exists and the server may not replace it.
     #[error("{0:?} exists on the server (it replaces files only with --overwrite)")]
     Exists(String),
+    /// A directory on a file's path is a file or a symlink on the server.
+    #[error("{0:?}: a directory on its path is a file or a symlink on the server")]
+    NotADirectory(String),
     /// Not enough free space for the announced size.
     #[error("{need} bytes do not fit: {free} bytes free on the server")]
     Space {
@@ -131,25 +141,49 @@ pub struct Store {
     pub overwrite: bool,
 }
 
+/// What a sender offers: the fields of [`crate::transfer::Message::Offer`].
+#[derive(Clone, Copy, Debug)]
+pub struct Offer<'a> {
+    /// The transfer's identity.
+    pub id: TransferId,
+    /// The name to store it under: a base name, or with `tree` a path in a directory.
+    pub name: &'a str,
+    /// Its size, when announced.
+    pub size: Option<u64>,
+    /// Its SHA-256, when announced.
+    pub hash: Option<[u8; 32]>,
+    /// `name` is a path inside a directory being sent.
+    pub tree: bool,
+}
+
+/// How the server takes an offer.
+pub enum Taken {
+    /// Receive it (from [`Incoming::have`] on).
+    Receive(Incoming),
+    /// The name already holds exactly the announced bytes (size and SHA-256): nothing to
+    /// send; the name it is under.
+    Held(String),
+}
+
 impl Store {
-    /// Take the transfer `id`, named `name`, of `size` bytes if known, from the peer whose key
-    /// is `peer` (hexadecimal): a new partial file, or the one a transfer of the same id and
-    /// peer left (resumed from its length).
-    pub fn offer(
-        &self,
-        peer: &str,
-        id: TransferId,
-        name: &str,
-        size: Option<u64>,
-    ) -> Result<Incoming, Refusal> {
-        let name = check_name(name)
+    /// Take the offer `o` from the peer whose key is `peer` (hexadecimal): a new partial
+    /// file, or the one a transfer of the same id and peer left (resumed from its length);
+    /// or, when the name already holds the offered bytes, nothing to receive.
+    pub fn offer(&self, peer: &str, o: &Offer<'_>) -> Result<Taken, Refusal> {
+        let checked = if o.tree {
+            check_path(o.name)
+        } else {
+            check_name(o.name)
+        };
+        let name = checked
             .map_err(|why| Refusal::Name {
-                name: name.into(),
+                name: o.name.into(),
                 why,
             })?
             .to_owned();
+        let size = o.size;
         let mut t = Incoming {
-            id,
+            id: o.id,
             name,
             size,
             have: 0,
@@ -158,13 +192,12 @@ impl Store {
             pending: Vec::new(),
         };
         let Some(dir) = &self.dir else {
-            return Ok(t);
+            return Ok(Taken::Receive(t));
         };
-        let target = dir.join(&t.name);
-        if !self.overwrite && std::fs::symlink_metadata(&target).is_ok() {
-            return Err(Refusal::Exists(t.name));
+        if let Some(held) = self.existing(dir, &t.name, o)? {
+            return Ok(held);
         }
-        let path = dir.join(partial_name(peer, &id));
+        let path = dir.join(partial_name(peer, &o.id));
         let mut file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -205,8 +238,76 @@ impl Store {
         }
         file.seek(SeekFrom::Start(t.have)).map_err(io(&path))?;
         t.partial = Some(Partial { path, file });
-        Ok(t)
+        Ok(Taken::Receive(t))
     }
+
+    /// What is at `name` in `dir` already: nothing (`None`), exactly the offered bytes
+    /// ([`Taken::Held`]), or something the server may not replace ([`Refusal::Exists`]).
+    /// With `--overwrite` anything there is replaced at the end, so only the same bytes count.
+    fn existing(&self, dir: &Path, name: &str, o: &Offer<'_>) -> Result<Option<Taken>, Refusal> {
+        let Some((parent, base)) = parent_dir(dir, name, false)? else {
+            return Ok(None);
+        };
+        let st = match rustix::fs::statat(&parent, base, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(io(&dir.join(name))(e.into())),
+        };
+        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
+        if let (Some(size), Some(hash), true) = (o.size, o.hash, regular) {
+            if st.st_size as u64 == size && same_bytes(&parent, base, &hash) {
+                return Ok(Some(Taken::Held(name.to_owned())));
+            }
+        }
+        if self.overwrite {
+            Ok(None)
+        } else {
+            Err(Refusal::Exists(name.to_owned()))
+        }
+    }
+}
+
+/// Whether the regular file `base` in `parent` has SHA-256 `hash` (a read error: no).
+fn same_bytes(parent: &OwnedFd, base: &str, hash: &[u8; 32]) -> bool {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(parent, base, flags, Mode::empty()) else {
+        return false;
+    };
+    let mut h = Sha256::new();
+    std::io::copy(&mut File::from(fd), &mut h).is_ok() && h.finalize()[..] == hash[..]
+}
+
+/// The directory `name` (a base name, or a checked path) goes in, opened, and its last
+/// component: each directory on the way is opened without following a symlink, and made
+/// when `create` says so; `None` when one is missing and `create` does not. A component that
+/// is a file or a symlink is [`Refusal::NotADirectory`].
+fn parent_dir<'n>(
+    dir: &Path,
+    name: &'n str,
+    create: bool,
+) -> Result<Option<(OwnedFd, &'n str)>, Refusal> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut fd =
+        rustix::fs::openat(CWD, dir, flags, Mode::empty()).map_err(|e| io(dir)(e.into()))?;
+    let (parents, base) = match name.rsplit_once('/') {
+        Some((parents, base)) => (Some(parents), base),
+        None => (None, name),
+    };
+    for component in parents.into_iter().flat_map(|p| p.split('/')) {
+        if create {
+            match rustix::fs::mkdirat(&fd, component, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(io(&dir.join(name))(e.into())),
+            }
+        }
+        fd = match rustix::fs::openat(&fd, component, flags | OFlags::NOFOLLOW, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) if !create => return Ok(None),
+            Err(Errno::LOOP | Errno::NOTDIR) => return Err(Refusal::NotADirectory(name.into())),
+            Err(e) => return Err(io(&dir.join(name))(e.into())),
+        };
+    }
+    Ok(Some((fd, base)))
 }
 
 /// The partial file of transfer `id` from `peer`: named by both, so no peer reaches another's.
@@ -236,6 +337,11 @@ impl Incoming {
     /// Bytes held in a row from the start.
     pub fn have(&self) -> u64 {
         self.have
+    }
+
+    /// The partial file it is written to (`None` without an output directory).
+    pub fn partial_path(&self) -> Option<&Path> {
+        self.partial.as_ref().map(|p| p.path.as_path())
     }
 
     /// The name it will be stored under.
@@ -314,12 +420,27 @@ impl Incoming {
         p.file.sync_all().map_err(io(&p.path))?;
         drop(p.file);
         let target = dir.join(&self.name);
-        let placed = if store.overwrite {
-            // Replaces the name itself (a symlink there too), atomically.
-            std::fs::rename(&p.path, &target)
-        } else {
-            // Fails if anything has the name by now (a symlink too): never replaces.
-            std::fs::hard_link(&p.path, &target).and_then(|()| std::fs::remove_file(&p.path))
+        let placed = match parent_dir(dir, &self.name, true) {
+            Ok(Some((parent, base))) => {
+                if store.overwrite {
+                    // Replaces the name itself (a symlink there too), atomically.
+                    rustix::fs::renameat(CWD, &p.path, &parent, base)
+                } else {
+                    // Fails if anything has the name by now (a symlink too): never replaces.
+                    rustix::fs::linkat(CWD, &p.path, &parent, base, AtFlags::empty())
+                }
+                .map_err(std::io::Error::from)
+                .and_then(|()| match store.overwrite {
+                    true => Ok(()),
+                    false => std::fs::remove_file(&p.path),
+                })
+            }
+            // Made on the way: missing only if removed meanwhile.
+            Ok(None) => Err(std::io::ErrorKind::NotFound.into()),
+            Err(r) => {
+                let _ = std::fs::remove_file(&p.path);
+                return Err(r);
+            }
         };
         match placed {
             Ok(()) => Ok(self.name.clone()),
@@ -360,6 +481,87 @@ mod tests {
         Sha256::digest(b).into()
     }
 
+    /// Offer a base name without a hash: always received.
+    fn offer(
+        store: &Store,
+        peer: &str,
+        id: TransferId,
+        name: &str,
+        size: Option<u64>,
+    ) -> Result<Incoming, Refusal> {
+        let o = Offer {
+            id,
+            name,
+            size,
+            hash: None,
+            tree: false,
+        };
+        match store.offer(peer, &o)? {
+            Taken::Receive(t) => Ok(t),
+            Taken::Held(n) => panic!("{n} held without a hash offered"),
+        }
+    }
+
+    #[test]
+    fn files_of_a_directory_land_under_their_paths_and_never_through_a_symlink() {
+        let d = dir("tree");
+        let store = Store {
+            dir: Some(d.clone()),
+            overwrite: false,
+        };
+        let tree = |name: &'static str, body: &[u8], hash| Offer {
+            id: sha(name.as_bytes())[..16].try_into().unwrap(),
+            name,
+            size: Some(body.len() as u64),
+            hash,
+            tree: true,
+        };
+        let Taken::Receive(mut t) = store
+            .offer("p", &tree("top/a/b/c.txt", b"abc", None))
+            .unwrap()
+        else {
+            panic!("nothing there yet")
+        };
+        t.data(0, b"abc").unwrap();
+        assert_eq!(t.finish(3, sha(b"abc"), &store).unwrap(), "top/a/b/c.txt");
+        assert_eq!(std::fs::read(d.join("top/a/b/c.txt")).unwrap(), b"abc");
+        // Offered again with its hash: held, nothing to send; with other bytes: refused.
+        let again = tree("top/a/b/c.txt", b"abc", Some(sha(b"abc")));
+        assert!(matches!(store.offer("p", &again), Ok(Taken::Held(n)) if n == "top/a/b/c.txt"));
+        let other = tree("top/a/b/c.txt", b"abd", Some(sha(b"abd")));
+        assert!(matches!(store.offer("p", &other), Err(Refusal::Exists(_))));
+        // A symlink or a file where a directory would be is never walked through.
+        let outside = dir("tree-outside");
+        std::os::unix::fs::symlink(&outside, d.join("top/link")).unwrap();
+        std::fs::write(d.join("top/file"), b"x").unwrap();
+        for name in ["top/link/x", "top/file/x"] {
+            assert!(matches!(
+                store.offer("p", &tree(name, b"x", None)),
+                Err(Refusal::NotADirectory(_))
+            ));
+        }
+        // ... also when it appears while the data moves.
+        let Taken::Receive(mut t) = store.offer("p", &tree("top/late/x", b"x", None)).unwrap()
+        else {
+            panic!("nothing there yet")
+        };
+        t.data(0, b"x").unwrap();
+        std::os::unix::fs::symlink(&outside, d.join("top/late")).unwrap();
+        assert!(matches!(
+            t.finish(1, sha(b"x"), &store),
+            Err(Refusal::NotADirectory(_))
+        ));
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // A path that climbs out is refused as a name; a base name may not be a path.
+        assert!(matches!(
+            store.offer("p", &tree("top/../../x", b"x", None)),
+            Err(Refusal::Name { .. })
+        ));
+        let mut flat = tree("top/x", b"x", None);
+        flat.tree = false;
+        assert!(matches!(store.offer("p", &flat), Err(Refusal::Name { .. })));
+    }
+
     #[test]
     fn a_transfer_resumes_from_its_partial_file_and_lands_whole() {
         let d = dir("resume");
@@ -368,15 +570,11 @@ mod tests {
             overwrite: false,
         };
         let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
-        let mut t = store
-            .offer("peer", [1; 16], "f", Some(body.len() as u64))
-            .unwrap();
+        let mut t = offer(&store, "peer", [1; 16], "f", Some(body.len() as u64)).unwrap();
         t.data(0, &body[..1_000_000]).unwrap();
         t.suspend().unwrap();
         // A restarted server: the same offer finds the partial file.
-        let mut t = store
-            .offer("peer", [1; 16], "f", Some(body.len() as u64))
-            .unwrap();
+        let mut t = offer(&store, "peer", [1; 16], "f", Some(body.len() as u64)).unwrap();
         assert_eq!(t.have(), 1_000_000);
         // A resent overlap is idempotent; a different one is refused.
         t.data(900_000, &body[900_000..1_100_000]).unwrap();
@@ -413,20 +611,20 @@ mod tests {
         };
         std::fs::write(d.join("taken"), b"old").unwrap();
         assert!(matches!(
-            store.offer("p", [2; 16], "taken", Some(3)),
+            offer(&store, "p", [2; 16], "taken", Some(3)),
             Err(Refusal::Exists(_))
         ));
         let outside = d.join("outside");
         std::os::unix::fs::symlink(&outside, d.join("link")).unwrap();
         assert!(matches!(
-            store.offer("p", [2; 16], "link", Some(3)),
+            offer(&store, "p", [2; 16], "link", Some(3)),
             Err(Refusal::Exists(_))
         ));
         // A symlink planted at the partial file's name is not followed either.
         let part = d.join(partial_name("p", &[3; 16]));
         std::os::unix::fs::symlink(&outside, &part).unwrap();
         assert!(matches!(
-            store.offer("p", [3; 16], "new", Some(3)),
+            offer(&store, "p", [3; 16], "new", Some(3)),
             Err(Refusal::Io { .. })
         ));
         assert!(!outside.exists());
@@ -435,7 +633,7 @@ mod tests {
             dir: Some(d.clone()),
             overwrite: true,
         };
-        let mut t = store.offer("p", [4; 16], "link", Some(3)).unwrap();
+        let mut t = offer(&store, "p", [4; 16], "link", Some(3)).unwrap();
         t.data(0, b"new").unwrap();
         t.finish(3, sha(b"new"), &store).unwrap();
         assert_eq!(std::fs::read(d.join("link")).unwrap(), b"new");
@@ -450,13 +648,13 @@ mod tests {
             dir: Some(d.clone()),
             overwrite: false,
         };
-        let mut t = store.offer("p", [5; 16], "h", None).unwrap();
+        let mut t = offer(&store, "p", [5; 16], "h", None).unwrap();
         t.data(0, b"abc").unwrap();
         assert!(matches!(
             t.finish(3, sha(b"abd"), &store),
             Err(Refusal::Hash)
         ));
-        let mut t = store.offer("p", [6; 16], "s", Some(4)).unwrap();
+        let mut t = offer(&store, "p", [6; 16], "s", Some(4)).unwrap();
         t.data(0, b"abc").unwrap();
         assert!(matches!(
             t.finish(3, sha(b"abc"), &store),
@@ -464,7 +662,7 @@ mod tests {
         ));
         assert!(!d.join("h").exists() && !d.join("s").exists());
         // An empty transfer is an empty file.
-        let t = store.offer("p", [7; 16], "empty", Some(0)).unwrap();
+        let t = offer(&store, "p", [7; 16], "empty", Some(0)).unwrap();
         t.finish(0, sha(b""), &store).unwrap();
         assert_eq!(std::fs::read(d.join("empty")).unwrap(), b"");
     }
@@ -478,13 +676,13 @@ mod tests {
         };
         for bad in ["../x", "a/b", "", "..", "a\0b", ".phyllo-part-1"] {
             assert!(matches!(
-                store.offer("p", [8; 16], bad, Some(1)),
+                offer(&store, "p", [8; 16], bad, Some(1)),
                 Err(Refusal::Name { .. })
             ));
         }
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
         assert!(matches!(
-            store.offer("p", [8; 16], "huge", Some(u64::MAX / 2)),
+            offer(&store, "p", [8; 16], "huge", Some(u64::MAX / 2)),
             Err(Refusal::Space { .. })
         ));
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);

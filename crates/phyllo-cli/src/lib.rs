@@ -9,6 +9,7 @@ pub mod app_protocol;
 pub mod connect;
 pub mod incoming;
 pub mod keys;
+pub mod log;
 pub mod relay;
 pub mod serve;
 pub mod transfer;

@@ -10,6 +10,13 @@ use clap::{CommandFactory, Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     cmd: Top,
+    /// Log more: `-v` for debug events, `-vv` for trace (`RUST_LOG`, when set, decides
+    /// instead).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Write the log (standard error) as one JSON object a line.
+    #[arg(long, global = true)]
+    log_json: bool,
 }
 
 #[derive(Subcommand)]
@@ -29,7 +36,9 @@ enum Top {
 /// Errors end the program with one line (the cause chain, no backtrace) and exit status 1, or
 /// the status a `phyllo connect` failure names (`phyllo connect --help`).
 fn main() -> std::process::ExitCode {
-    let result = match Cli::parse().cmd {
+    let cli = Cli::parse();
+    phyllo_cli::log::init(cli.verbose, cli.log_json);
+    let result = match cli.cmd {
         Top::Run(cmd) => phyllo_cli::run(cmd),
         Top::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "phyllo", &mut std::io::stdout());

@@ -2,7 +2,7 @@
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
 
 use crate::app_protocol;
-use crate::incoming::{Incoming, Refusal, Store};
+use crate::incoming::{Incoming, Offer, Refusal, Store, Taken};
 use crate::transfer::{Message, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::{Event, PeerId, SessionSendError};
@@ -98,22 +98,24 @@ impl App<'_> {
     fn round(&mut self, node: &mut SessionSocket) -> Result<()> {
         while let Some(e) = node.endpoint_mut().poll_event() {
             match e {
-                Event::Established { peer, key, .. } => eprintln!(
-                    "session up: peer {}… at {}",
-                    &key.to_string()[..12],
-                    node.endpoint()
+                Event::Established { peer, key, .. } => tracing::info!(
+                    peer = %app_protocol::fingerprint(&key),
+                    addr = %node.endpoint()
                         .peer_addr(peer)
-                        .map_or("?".into(), |a| a.to_string())
+                        .map_or("?".into(), |a| a.to_string()),
+                    "session up"
                 ),
                 Event::Ended {
                     peer,
                     reason,
                     unconfirmed,
                 } => {
-                    eprintln!(
-                        "session ended: peer {} ({reason:?}), {} messages unconfirmed",
-                        peer.0,
-                        unconfirmed.len()
+                    let fp = fingerprint_of(node, peer);
+                    tracing::info!(
+                        peer = %fp,
+                        ?reason,
+                        unconfirmed = unconfirmed.len(),
+                        "session ended"
                     );
                     // What it sent so far goes to its partial file; the transfer stays, for
                     // the peer to resume in its next session.
@@ -123,7 +125,7 @@ impl App<'_> {
                         .and_then(|st| st.transfer.as_mut())
                     {
                         if let Err(r) = t.flush() {
-                            eprintln!("peer {}: transfer {:?} failed: {r}", peer.0, t.name());
+                            tracing::warn!(peer = %fp, name = t.name(), "transfer failed: {r}");
                             t.abandon();
                             self.peers.remove(&peer);
                         }
@@ -149,7 +151,10 @@ impl App<'_> {
                         }
                         Err(SessionSendError::WouldBlock) => break,
                         Err(e) => {
-                            eprintln!("peer {}: reply dropped: {e}", p.0);
+                            tracing::warn!(
+                                peer = %key.get(..16).unwrap_or(&key),
+                                "reply dropped: {e}"
+                            );
                             st.replies.pop_front();
                         }
                     }
@@ -162,7 +167,7 @@ impl App<'_> {
                 let ended = &mut self.ended_transfers;
                 let got = node
                     .endpoint_mut()
-                    .poll_delivery_with(p, |m| answer(st, store, &key, p, m, ended));
+                    .poll_delivery_with(p, |m| answer(st, store, &key, m, ended));
                 match got {
                     None => break,
                     Some(Some(reply)) => st.replies.push_back(reply),
@@ -179,22 +184,23 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from peer `p` (key `key`); the answer, if any.
-fn answer(
-    st: &mut Peer,
-    store: &Store,
-    key: &str,
-    p: PeerId,
-    m: &[u8],
-    ended: &mut u64,
-) -> Option<Vec<u8>> {
+/// Handle message `m` from the peer whose key is `key` (hexadecimal); the answer, if any.
+fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) -> Option<Vec<u8>> {
+    // The key's fingerprint (`app_protocol::fingerprint`), for the log.
+    let fp = key.get(..16).unwrap_or(key);
     let fail = |st: &mut Peer, reason: String| {
         st.refused = true;
         Some(Message::Fail { reason: &reason }.encode())
     };
     match Message::parse(m) {
         _ if m.first() == Some(&PING) => Some(m.to_vec()),
-        Ok(Message::Offer { id, size, name }) => {
+        Ok(Message::Offer {
+            id,
+            size,
+            hash,
+            tree,
+            name,
+        }) => {
             st.refused = false;
             match st.transfer.take() {
                 // The same transfer offered again (its sender's session ended and came back).
@@ -205,25 +211,39 @@ fn answer(
                 }
                 Some(t) => {
                     if let Err(r) = t.suspend() {
-                        eprintln!("peer {}: the transfer it left failed: {r}", p.0);
+                        tracing::warn!(peer = %fp, "the transfer it left failed: {r}");
                     }
                 }
                 None => {}
             }
-            match store.offer(key, id, name, size) {
-                Ok(t) => {
-                    eprintln!(
-                        "peer {}: receiving {name:?} ({}), from byte {}",
-                        p.0,
-                        size.map_or("size unknown".into(), |s| format!("{s} bytes")),
-                        t.have()
+            let offer = Offer {
+                id,
+                name,
+                size,
+                hash,
+                tree,
+            };
+            match store.offer(key, &offer) {
+                Ok(Taken::Receive(t)) => {
+                    tracing::info!(
+                        peer = %fp,
+                        name,
+                        size,
+                        from = t.have(),
+                        partial = %t.partial_path().map_or("-".into(), |p| p.display().to_string()),
+                        "receiving"
                     );
                     let have = t.have();
                     st.transfer = Some(t);
                     Some(Message::Accept { id, have }.encode())
                 }
+                Ok(Taken::Held(stored)) => {
+                    tracing::info!(peer = %fp, name, "already held with the same bytes");
+                    *ended += 1;
+                    Some(Message::Done { name: &stored }.encode())
+                }
                 Err(r) => {
-                    eprintln!("peer {}: refused {name:?}: {r}", p.0);
+                    tracing::warn!(peer = %fp, name, "refused: {r}");
                     *ended += 1;
                     fail(st, r.to_string())
                 }
@@ -238,7 +258,7 @@ fn answer(
             match t.data(offset, bytes) {
                 Ok(()) => None,
                 Err(r) => {
-                    eprintln!("peer {}: transfer {:?} failed: {r}", p.0, t.name());
+                    tracing::warn!(peer = %fp, name = t.name(), "transfer failed: {r}");
                     t.abandon();
                     st.transfer = None;
                     *ended += 1;
@@ -259,20 +279,21 @@ fn answer(
             *ended += 1;
             match t.finish(size, hash, store) {
                 Ok(stored) => {
-                    eprintln!(
-                        "peer {}: {name:?} complete, {size} bytes, sha256 {}{}",
-                        p.0,
-                        app_protocol::hex_digest(&hash),
-                        if store.dir.is_some() {
-                            format!(", stored as {stored:?}")
-                        } else {
-                            String::new()
-                        }
+                    tracing::info!(
+                        peer = %fp,
+                        name,
+                        bytes = size,
+                        sha256 = %app_protocol::hex_digest(&hash),
+                        path = %store
+                            .dir
+                            .as_ref()
+                            .map_or("-".into(), |d| d.join(&stored).display().to_string()),
+                        "transfer complete"
                     );
                     Some(Message::Done { name: &stored }.encode())
                 }
                 Err(r) => {
-                    eprintln!("peer {}: transfer {name:?} failed: {r}", p.0);
+                    tracing::warn!(peer = %fp, name, "transfer failed: {r}");
                     fail(st, r.to_string())
                 }
             }
@@ -342,12 +363,13 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
     if args.print_addr {
         println!("{}", node.local_addr());
     }
-    eprintln!(
-        "serving on {} (public key {}), stack `{}`{}",
-        node.local_addr(),
-        node.endpoint().public(),
-        args.stack,
-        if args.accel { ", accelerated" } else { "" }
+    tracing::info!(
+        addr = %node.local_addr(),
+        public_key = %node.endpoint().public(),
+        stack = %args.stack,
+        accel = args.accel,
+        out = %args.out.as_ref().map_or("-".into(), |d| d.display().to_string()),
+        "serving"
     );
     let mut app = App {
         args: &args,
@@ -382,27 +404,34 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
             node.pump(Duration::from_millis(10))?;
         }
     }
-    eprintln!("stopping after {:.1} s", started.elapsed().as_secs_f64());
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "stopping");
     // Transfers not finished keep their partial files, written out, for their senders to
     // resume.
     for (p, st) in app.peers.drain() {
         if let Some(t) = st.transfer {
             let name = t.name().to_owned();
             if let Err(r) = t.suspend() {
-                eprintln!("peer {}: transfer {name:?} failed: {r}", p.0);
+                tracing::warn!(peer = %fingerprint_of(&node, p), name, "transfer failed: {r}");
             }
         }
     }
     for p in node.endpoint().peers().collect::<Vec<_>>() {
         if let (Some(k), Some(s)) = (node.endpoint().peer_key(p), node.endpoint().peer_stats(p)) {
-            eprintln!(
+            tracing::info!(
                 "{}",
                 app_protocol::stats_line(&k, node.endpoint().peer_addr(p), &s)
             );
         }
     }
-    eprintln!("{}", app_protocol::drops_line(node.endpoint()));
+    tracing::info!("{}", app_protocol::drops_line(node.endpoint()));
     Ok(())
+}
+
+/// Peer `p`'s key fingerprint, for the log (`?` once the endpoint forgot it).
+fn fingerprint_of(node: &SessionSocket, p: PeerId) -> String {
+    node.endpoint()
+        .peer_key(p)
+        .map_or_else(|| "?".into(), |k| app_protocol::fingerprint(&k))
 }
 
 /// Make `--out` if it is missing and check that the server can write there, before serving.

@@ -4,7 +4,8 @@
 //! ```text
 //! client                                   server
 //! Offer { id, name, size?, hash? }  ─────▶  checks the name, the space, an existing file;
-//!                                   ◀─────  Accept { id, have }   (or Fail { reason })
+//!                                   ◀─────  Accept { id, have }   (or Fail { reason }, or
+//!                                           Done { name } for a file already there whole)
 //! Data { offset = have, … } …       ─────▶  written at its offset: a resent message is an
 //!                                           idempotent write, never an append
 //! Finish { size, hash }             ─────▶  the whole file's SHA-256 checked, then renamed
@@ -16,6 +17,11 @@
 //! restarts) offers the same transfer, and the server answers with `have`, the bytes it already
 //! holds in a row from the start; the client goes on from there. Data always extends the bytes
 //! the server holds: an offset beyond them is refused, an overlap must carry the same bytes.
+//!
+//! A directory goes as one transfer per file, each named by its path inside the directory
+//! (`photos/2024/a.jpg`, an offer marked `tree`) and offered with its SHA-256, so that a file
+//! the server already holds under that name with the same bytes is confirmed without being
+//! sent again: a directory sent twice, or after an interruption, moves only what is missing.
 //!
 //! Every message is one session message: a type byte, then fixed little-endian fields, then
 //! (for names and reasons) the rest of the message as UTF-8. [`Message::parse`] refuses
@@ -36,8 +42,22 @@ const FAIL: u8 = b'X';
 /// Bytes in front of a [`Message::Data`]'s bytes: the type and the offset.
 pub const DATA_HEADER: usize = 9;
 
-/// The longest name a transfer may carry, in bytes (a file name on most file systems).
+/// The longest name a transfer may carry, in bytes (a file name on most file systems); in a
+/// directory, the longest of each component.
 pub const MAX_NAME: usize = 255;
+
+/// The longest path a file in a directory may carry, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH: usize = 4096;
+
+/// The most components a file's path in a directory may have.
+pub const MAX_DEPTH: usize = 64;
+
+/// An offer's flags: a size follows.
+const HAS_SIZE: u8 = 1;
+/// An offer's flags: the name is a path inside a directory being sent.
+const TREE: u8 = 2;
+/// An offer's flags: a SHA-256 follows the size.
+const HAS_HASH: u8 = 4;
 
 /// A transfer's identity (see the [module docs](self)).
 pub type TransferId = [u8; 16];
@@ -51,7 +71,12 @@ pub enum Message<'a> {
         id: TransferId,
         /// Its size, when known beforehand (a file; not standard input).
         size: Option<u64>,
-        /// The name to store it under: a base name, never a path.
+        /// Its SHA-256, when known beforehand (a file in a directory).
+        hash: Option<[u8; 32]>,
+        /// `name` is a file's path inside a directory being sent ([`check_path`]), not a
+        /// base name ([`check_name`]).
+        tree: bool,
+        /// The name to store it under: a base name, or with `tree` a relative path.
         name: &'a str,
     },
     /// The server takes the transfer and holds its first `have` bytes already.
@@ -106,7 +131,7 @@ pub enum ParseError {
     /// A name or reason that is not UTF-8.
     #[error("a {0} message whose text is not UTF-8")]
     NotUtf8(&'static str),
-    /// An offer's flags byte other than 0 or 1.
+    /// An offer's flags byte with bits the protocol does not have.
     #[error("an offer with unknown flags {0:#04x}")]
     Flags(u8),
 }
@@ -129,14 +154,24 @@ impl<'a> Message<'a> {
             OFFER => {
                 let id = take::<16>(rest, 0, "offer")?;
                 let [flags] = take::<1>(rest, 16, "offer")?;
+                if flags & !(HAS_SIZE | TREE | HAS_HASH) != 0 {
+                    return Err(ParseError::Flags(flags));
+                }
                 let size = u64::from_le_bytes(take::<8>(rest, 17, "offer")?);
-                let size = match flags {
-                    0 => None,
-                    1 => Some(size),
-                    f => return Err(ParseError::Flags(f)),
+                let size = (flags & HAS_SIZE != 0).then_some(size);
+                let (hash, at) = if flags & HAS_HASH != 0 {
+                    (Some(take::<32>(rest, 25, "offer")?), 57)
+                } else {
+                    (None, 25)
                 };
-                let name = text(&rest[25..], "offer")?;
-                Ok(Message::Offer { id, size, name })
+                let name = text(&rest[at..], "offer")?;
+                Ok(Message::Offer {
+                    id,
+                    size,
+                    hash,
+                    tree: flags & TREE != 0,
+                    name,
+                })
             }
             ACCEPT => {
                 let id = take::<16>(rest, 0, "accept")?;
@@ -175,11 +210,23 @@ impl<'a> Message<'a> {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
         match self {
-            Message::Offer { id, size, name } => {
+            Message::Offer {
+                id,
+                size,
+                hash,
+                tree,
+                name,
+            } => {
                 v.push(OFFER);
                 v.extend_from_slice(id);
-                v.push(size.is_some() as u8);
+                let flags = if size.is_some() { HAS_SIZE } else { 0 }
+                    | if *tree { TREE } else { 0 }
+                    | if hash.is_some() { HAS_HASH } else { 0 };
+                v.push(flags);
                 v.extend_from_slice(&size.unwrap_or(0).to_le_bytes());
+                if let Some(h) = hash {
+                    v.extend_from_slice(h);
+                }
                 v.extend_from_slice(name.as_bytes());
             }
             Message::Accept { id, have } => {
@@ -236,6 +283,9 @@ pub enum NameError {
     /// The prefix of the server's own partial files.
     #[error("a name starting with `{PARTIAL_PREFIX}` (the server's partial files)")]
     Reserved,
+    /// A path in a directory longer than [`MAX_PATH`] bytes or deeper than [`MAX_DEPTH`].
+    #[error("a path longer than {MAX_PATH} bytes or deeper than {MAX_DEPTH} directories")]
+    TooDeep,
 }
 
 /// The prefix of a partial transfer's file in a server's output directory.
@@ -264,6 +314,19 @@ pub fn check_name(name: &str) -> Result<&str, NameError> {
     Ok(name)
 }
 
+/// `path` if a server may store a file of a directory under it, inside its output directory:
+/// components joined by `/`, each a name [`check_name`] passes (so no empty component, no `.`
+/// or `..`, no leading `/`), at most [`MAX_PATH`] bytes and [`MAX_DEPTH`] components.
+pub fn check_path(path: &str) -> Result<&str, NameError> {
+    if path.len() > MAX_PATH || path.split('/').count() > MAX_DEPTH {
+        return Err(NameError::TooDeep);
+    }
+    for component in path.split('/') {
+        check_name(component)?;
+    }
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,12 +338,23 @@ mod tests {
             Message::Offer {
                 id: [7; 16],
                 size: Some(1 << 40),
+                hash: None,
+                tree: false,
                 name: "report.pdf",
             },
             Message::Offer {
                 id: [0; 16],
                 size: None,
+                hash: None,
+                tree: false,
                 name: "stdin",
+            },
+            Message::Offer {
+                id: [3; 16],
+                size: Some(0),
+                hash: Some([5; 32]),
+                tree: true,
+                name: "photos/2024/a.jpg",
             },
             Message::Accept {
                 id: [1; 16],
@@ -320,11 +394,16 @@ mod tests {
         let mut offer = Message::Offer {
             id: [0; 16],
             size: None,
+            hash: None,
+            tree: false,
             name: "x",
         }
         .encode();
-        offer[17] = 2;
-        assert_eq!(Message::parse(&offer), Err(ParseError::Flags(2)));
+        offer[17] = 8;
+        assert_eq!(Message::parse(&offer), Err(ParseError::Flags(8)));
+        // A hash announced but cut short.
+        offer[17] = HAS_HASH;
+        assert_eq!(Message::parse(&offer), Err(ParseError::Truncated("offer")));
         assert_eq!(
             Message::parse(&[FAIL, 0xff, 0xfe]),
             Err(ParseError::NotUtf8("fail"))
@@ -344,6 +423,28 @@ mod tests {
         assert_eq!(check_name("a\nb"), Err(NameError::Control));
         assert_eq!(check_name(&"x".repeat(256)), Err(NameError::TooLong));
         assert_eq!(check_name(".phyllo-part-0123"), Err(NameError::Reserved));
+    }
+
+    #[test]
+    fn paths_in_a_directory_are_checked_component_by_component() {
+        assert_eq!(check_path("photos/2024/a.jpg"), Ok("photos/2024/a.jpg"));
+        assert_eq!(check_path("a"), Ok("a"));
+        assert_eq!(check_path("/etc/passwd"), Err(NameError::Empty));
+        assert_eq!(check_path("a//b"), Err(NameError::Empty));
+        assert_eq!(check_path("a/"), Err(NameError::Empty));
+        assert_eq!(check_path("a/../../b"), Err(NameError::Empty));
+        assert_eq!(check_path("a/./b"), Err(NameError::Empty));
+        assert_eq!(check_path("a\\..\\b"), Err(NameError::Path));
+        assert_eq!(check_path("a/b\0"), Err(NameError::Control));
+        assert_eq!(check_path("a/.phyllo-part-1"), Err(NameError::Reserved));
+        assert_eq!(
+            check_path(&("d/".repeat(MAX_DEPTH) + "f")),
+            Err(NameError::TooDeep)
+        );
+        assert_eq!(
+            check_path(&"x".repeat(MAX_PATH + 1)),
+            Err(NameError::TooDeep)
+        );
     }
 
     proptest! {

@@ -376,3 +376,107 @@ fn a_full_or_read_only_out_fails_the_transfer_with_its_reason_and_the_server_sta
     assert!(alive(&mut server));
     drop(server);
 }
+
+#[test]
+fn a_directory_lands_as_a_tree_and_sent_again_moves_only_what_is_missing() {
+    let t = Setup::new("tree");
+    let (mut server, addr) = t.serve("127.0.0.1:0", &[]);
+    let src = t.dir.join("photos");
+    std::fs::create_dir_all(src.join("2024/summer")).unwrap();
+    std::fs::create_dir_all(src.join("empty")).unwrap();
+    let files: [(&str, Vec<u8>); 3] = [
+        ("a.txt", b"first".to_vec()),
+        (
+            "2024/b.bin",
+            (0..300_000u32).map(|i| (i * 31) as u8).collect(),
+        ),
+        ("2024/summer/c", Vec::new()),
+    ];
+    for (rel, body) in &files {
+        std::fs::write(src.join(rel), body).unwrap();
+    }
+    // A symlink inside is skipped, not followed.
+    std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
+    let o = t.connect(&addr).arg("--file").arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(field(&o, "files"), Some(3));
+    assert_eq!(field(&o, "skipped"), Some(1));
+    assert_eq!(field(&o, "held_already"), Some(0));
+    for (rel, body) in &files {
+        let got = std::fs::read(t.out.join("photos").join(rel)).unwrap();
+        assert!(&got == body, "{rel}");
+    }
+    assert!(!t.out.join("photos/link").exists());
+    // Again: every file is confirmed by its hash, none moves.
+    let o = t.connect(&addr).arg("--file").arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(field(&o, "held_already"), Some(3));
+    assert_eq!(field(&o, "moved"), Some(0));
+    // One file changed: that one is refused (it would replace a file), the rest untouched.
+    std::fs::write(src.join("a.txt"), b"changed").unwrap();
+    let o = t.connect(&addr).arg("--file").arg(&src).output().unwrap();
+    failed_with(&o, 1, "exists on the server");
+    assert_eq!(std::fs::read(t.out.join("photos/a.txt")).unwrap(), b"first");
+    // A symlink where the server would make a directory is never walked through.
+    let outside = t.dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let evil = t.dir.join("evil");
+    std::fs::create_dir_all(evil.join("sub")).unwrap();
+    std::fs::write(evil.join("sub/x"), b"x").unwrap();
+    std::fs::create_dir_all(t.out.join("evil")).unwrap();
+    std::os::unix::fs::symlink(&outside, t.out.join("evil/sub")).unwrap();
+    let o = t.connect(&addr).arg("--file").arg(&evil).output().unwrap();
+    failed_with(&o, 1, "a directory on its path is a file or a symlink");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    assert!(alive(&mut server));
+}
+
+#[test]
+fn the_server_logs_json_lines_naming_the_peer_by_fingerprint_and_the_path_written() {
+    use std::io::{BufRead, BufReader};
+    let t = Setup::new("log");
+    let mut server = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--print-addr",
+            "--log-json",
+        ])
+        .args(["--transfers", "1", "--key", t.s.to_str().unwrap()])
+        .args(["--allow", &pubfile(&t.c)])
+        .arg("--out")
+        .arg(&t.out)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut addr = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut addr)
+        .unwrap();
+    let file = t.dir.join("logged.bin");
+    std::fs::write(&file, b"logged bytes").unwrap();
+    let o = t.send(addr.trim(), &file, &[]).wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = finish(server, Duration::from_secs(20));
+    assert!(log.status.success(), "{}", stderr(&log));
+    let client_key = std::fs::read_to_string(pubfile(&t.c)).unwrap();
+    let fingerprint = &client_key.trim()[..16];
+    let lines: Vec<serde_json::Value> = stderr(&log)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect();
+    let done = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "transfer complete")
+        .unwrap_or_else(|| panic!("no completion in {lines:?}"));
+    assert_eq!(done["level"], "INFO");
+    assert_eq!(done["fields"]["peer"], fingerprint);
+    let path = done["fields"]["path"].as_str().unwrap();
+    assert!(
+        path.contains(&*t.out.join("logged.bin").to_string_lossy()),
+        "{path}"
+    );
+}
