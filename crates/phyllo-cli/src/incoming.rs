@@ -8,12 +8,12 @@
 //! match the sender's; only then is it synced and linked under its name, which is never
 //! replaced unless the server was told so (`--overwrite`). A file of a directory being sent
 //! goes under its path inside the output directory: the directories on the way are made as
-//! needed and walked one by one without following a symlink ([`parent_dir`]), so nothing is
-//! ever written outside the output directory. An offer that carries a hash is answered
-//! with [`Taken::Held`] when the name already holds exactly those bytes. Any failure ends the transfer with
-//! a reason for the sender and leaves no file under the name; a failure to write removes the
-//! partial file (it may be what filled the disk). Without an output directory the server only
-//! counts and checks.
+//! needed and walked one by one without following a symlink, so nothing is ever written
+//! outside the output directory. An offer that carries a hash is answered with
+//! [`Taken::Held`] when the name already holds exactly those bytes. Any failure ends the
+//! transfer with a reason for the sender and leaves no file under the name; a failure to
+//! write removes the partial file (it may be what filled the disk). Without an output
+//! directory the server only counts and checks.
 
 use crate::transfer::{check_name, check_path, TransferId, PARTIAL_PREFIX};
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};

@@ -2,8 +2,7 @@
 //! allowed client's, recorded, sent again from another socket on the same host as fast as this
 //! test can): new clients still get sessions within 10 s. The server spreads strangers over
 //! several listening sockets by source (SO_REUSEPORT), so the flood fills one, and a client
-//! whose handshakes go unanswered tries again from a new port. A transfer's goodput with the
-//! flood against without is printed (a timed figure, not asserted).
+//! whose handshakes go unanswered tries again from a new port; a transfer still completes.
 
 mod common;
 
@@ -59,8 +58,8 @@ fn new_clients_get_sessions_while_the_listening_socket_is_flooded() {
         server_addr,
     );
 
-    // The established transfer's goodput without the flood, then with it (MB/s as connect
-    // reports it).
+    // A transfer (its goodput under the flood against without is the lab's `engine`
+    // experiment, `serve.flood_transfer_goodput_ratio`: a benchmark, not a timed test).
     let transfer = || -> f64 {
         let o = Command::new(BIN)
             .args([
@@ -81,7 +80,6 @@ fn new_clients_get_sessions_while_the_listening_socket_is_flooded() {
             .and_then(|v| v.parse().ok())
             .unwrap()
     };
-    let quiet = transfer();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let flood = {
@@ -131,11 +129,7 @@ fn new_clients_get_sessions_while_the_listening_socket_is_flooded() {
     let secs = started.elapsed().as_secs_f64();
     let rate = (sent.load(Ordering::Relaxed) - before) as f64 / secs;
     let flooded = transfer();
-    eprintln!(
-        "an established transfer: {quiet:.0} MB/s without the flood, {flooded:.0} MB/s with it \
-         ({:.2})",
-        flooded / quiet
-    );
+    eprintln!("a transfer under the flood: {flooded:.0} MB/s");
     stop.store(true, Ordering::Relaxed);
     flood.join().unwrap();
     eprintln!(
