@@ -224,6 +224,18 @@ fn bad_input_gives_one_line_errors() {
         .output()
         .unwrap();
     one_line_error(&o, "cannot listen on");
+    // A stack that does not parse, and one without a keyed layer: refused before binding.
+    for (stack, needle) in [
+        ("window(x)", "window"),
+        ("frag(1400):window(64)", "no keyed layer"),
+    ] {
+        let o = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--stack", stack])
+            .args(["--key", s.to_str().unwrap(), "--allow", &pubfile(&c)])
+            .output()
+            .unwrap();
+        one_line_error(&o, needle);
+    }
     // A malformed key file (private, as a key file must be), and a good key others may read.
     use std::os::unix::fs::PermissionsExt;
     let bad = dir.join("bad");

@@ -1,7 +1,7 @@
 //! What can go wrong on the way between a program and the sockets.
 
+use phyllo::endpoint::EndpointBuildError;
 use phyllo::session::{HandshakeError, KeyParseError};
-use phyllo::stack::SpecError;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,15 +37,10 @@ pub enum NetError {
     /// peers' address (one made with `bind_dedicating`).
     #[error("a dedicating socket cannot move to another port")]
     Rebind,
-    /// The stack spec does not build.
-    #[error("stack `{spec}`")]
-    Stack {
-        /// The spec as given.
-        spec: String,
-        /// What is wrong with it.
-        #[source]
-        source: SpecError,
-    },
+    /// The session endpoint's description is wrong: a stack that does not parse, or one
+    /// without a keyed layer (`seal`).
+    #[error("the session endpoint")]
+    Endpoint(#[source] EndpointBuildError),
     /// Receiving from the socket failed.
     #[error("receiving")]
     Receive(#[source] io::Error),

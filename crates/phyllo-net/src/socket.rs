@@ -1,10 +1,10 @@
 //! [`SessionSocket`]: a session endpoint on a UDP socket.
 
 use crate::error::NetError;
-use phyllo::endpoint::{Input, PeerId, SessionConfig, SessionEndpoint};
+use phyllo::endpoint::{Input, PeerId, SessionEndpoint};
 use phyllo::msg::HEADROOM;
 use phyllo::session::{PublicKey, StaticKey};
-use phyllo::{Connection, Msg, Time};
+use phyllo::{Msg, Time};
 use phyllo_udp::udp::{RecvBufs, UdpLink};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -88,14 +88,23 @@ pub struct SessionSocket {
     dedicating: bool,
 }
 
-/// Check a stack spec before binding anything, so a bad one is an error now, not a failed
-/// session.
-fn check_stack(stack: &str) -> Result<(), NetError> {
-    phyllo::stack::build_dyn(stack).map_err(|source| NetError::Stack {
-        spec: stack.to_string(),
-        source,
-    })?;
-    Ok(())
+/// The endpoint a session socket runs, made before anything is bound, so a bad stack (one
+/// that does not parse, or has no keyed layer) is an error now, not a failed session. Its
+/// sessions check a sample of their fast-path operations in every build: what release builds
+/// run (debug builds' default checks every one).
+fn endpoint(
+    key: StaticKey,
+    allowed: Vec<PublicKey>,
+    stack: &str,
+    accelerate: bool,
+) -> Result<SessionEndpoint, NetError> {
+    SessionEndpoint::builder(key)
+        .allow_all(allowed)
+        .stack(stack)
+        .accelerate(accelerate)
+        .fast_path_check(phyllo::FastPathCheck::Sampled)
+        .build()
+        .map_err(NetError::Endpoint)
 }
 
 /// Put `peer` on `list` unless it is there.
@@ -111,7 +120,8 @@ impl SessionSocket {
     /// [`DEFAULT_STACK`](crate::DEFAULT_STACK)), behind the Protocol Accelerator if
     /// `accelerate`.
     ///
-    /// The stack is checked first, so a bad spec is an error here, not a failed session.
+    /// The stack is checked first, so a bad spec, or one without a keyed layer (`seal`), is
+    /// an error here ([`NetError::Endpoint`]), not a failed or unauthenticated session.
     pub fn bind(
         addr: SocketAddr,
         key: StaticKey,
@@ -119,9 +129,9 @@ impl SessionSocket {
         stack: &str,
         accelerate: bool,
     ) -> Result<SessionSocket, NetError> {
-        check_stack(stack)?;
+        let ep = endpoint(key, allowed, stack, accelerate)?;
         let link = UdpLink::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
-        SessionSocket::with_link(link, key, allowed, stack, accelerate)
+        Ok(SessionSocket::with_link(link, ep))
     }
 
     /// Like [`bind`](Self::bind), and every peer with an established session gets a socket of
@@ -137,7 +147,7 @@ impl SessionSocket {
         stack: &str,
         accelerate: bool,
     ) -> Result<SessionSocket, NetError> {
-        check_stack(stack)?;
+        let ep = endpoint(key, allowed, stack, accelerate)?;
         let local = UdpLink::bind(addr)
             .map_err(|source| NetError::Bind { addr, source })?
             .local_addr();
@@ -145,7 +155,7 @@ impl SessionSocket {
             addr: local,
             source,
         })?;
-        let mut socket = SessionSocket::with_link(link, key, allowed, stack, accelerate)?;
+        let mut socket = SessionSocket::with_link(link, ep);
         // The listening sockets now take handshakes and strays: one datagram per buffer, so a
         // receive quota counts datagrams (coalesced junk would make one buffer a flood).
         let _ = socket.link.set_gro(false);
@@ -160,37 +170,13 @@ impl SessionSocket {
         Ok(socket)
     }
 
-    fn with_link(
-        mut link: UdpLink,
-        key: StaticKey,
-        allowed: Vec<PublicKey>,
-        stack: &str,
-        accelerate: bool,
-    ) -> Result<SessionSocket, NetError> {
+    fn with_link(mut link: UdpLink, ep: SessionEndpoint) -> SessionSocket {
         // Coalesced receives where the kernel has them: the receive buffers learn the runs'
         // segment size, and each message's spill area takes what does not fit them.
         let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(NetError::Randomness)?;
-        let spec = stack.to_string();
-        let ep = SessionEndpoint::new(
-            key,
-            allowed,
-            SessionConfig {
-                accelerate,
-                ..SessionConfig::default()
-            },
-            Box::new(move |mut c| {
-                // What release builds run, in every build: sessions check a sample of
-                // their fast-path operations (debug builds' default checks every one).
-                c.fast_path_check = phyllo::FastPathCheck::Sampled;
-                Connection::from_spec(&spec, c)
-            }),
-            seed,
-        );
-        Ok(SessionSocket {
+        SessionSocket {
             ep,
             link,
             listeners: Vec::new(),
@@ -205,7 +191,7 @@ impl SessionSocket {
             opened: Vec::new(),
             closing: Vec::new(),
             dedicating: false,
-        })
+        }
     }
 
     /// The endpoint (its peers, statistics, keys).

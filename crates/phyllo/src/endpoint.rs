@@ -282,6 +282,7 @@ pub struct SessionEndpointBuilder {
     stack: String,
     cfg: SessionConfig,
     seed: Option<[u8; 32]>,
+    fast_path_check: Option<crate::FastPathCheck>,
 }
 
 impl SessionEndpointBuilder {
@@ -318,6 +319,14 @@ impl SessionEndpointBuilder {
         self
     }
 
+    /// How sessions check the accelerator's fast path against the layered path
+    /// ([`crate::Config::fast_path_check`]; unset: that field's default, every operation in
+    /// debug builds and a sample in release builds).
+    pub fn fast_path_check(mut self, check: crate::FastPathCheck) -> Self {
+        self.fast_path_check = Some(check);
+        self
+    }
+
     /// Seed session indices and cookie secrets with `seed` instead of the system's random
     /// source (reproducible simulations only).
     pub fn seed(mut self, seed: [u8; 32]) -> Self {
@@ -344,11 +353,17 @@ impl SessionEndpointBuilder {
                 s
             }
         };
+        let check = self.fast_path_check;
         Ok(SessionEndpoint::new(
             self.key,
             self.allowed,
             self.cfg,
-            Box::new(move |c| Connection::from_spec(&spec, c)),
+            Box::new(move |mut c| {
+                if let Some(check) = check {
+                    c.fast_path_check = check;
+                }
+                Connection::from_spec(&spec, c)
+            }),
             seed,
         ))
     }
@@ -1097,6 +1112,7 @@ impl SessionEndpoint<DynStack> {
             stack: DEFAULT_STACK.to_string(),
             cfg: SessionConfig::default(),
             seed: None,
+            fast_path_check: None,
         }
     }
 }

@@ -1,16 +1,20 @@
-//! The engine experiment's last part: `phyllo serve` under a flood, on the engine and off.
+//! The engine experiment's last part: `phyllo serve` under a flood, on the engine and off; and
+//! an established file transfer and newcomers under a flood of replayed initiations.
 
 use crate::report::{Section, Table};
-use anyhow::Result;
-use std::time::Duration;
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// `phyllo serve` under a flood of garbage and replayed initiations, on the engine and off:
-/// the established session's echo rate with the flood over without it.
+/// the established session's echo rate with the flood over without it; then a file transfer
+/// and newcomers under a flood of replayed initiations ([`transfer_runs`]).
 pub(super) fn run(quick: bool, out: &mut Section) -> Result<()> {
     use phyllo::session::StaticKey;
-    if super::super::phyllo_exe().is_none() {
+    let Some(exe) = super::super::phyllo_exe() else {
         return Ok(());
-    }
+    };
     let dir = std::env::temp_dir().join(format!("phyllo-engine-exp-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let (sk, ck) = (StaticKey::generate()?, StaticKey::generate()?);
@@ -24,7 +28,8 @@ pub(super) fn run(quick: bool, out: &mut Section) -> Result<()> {
     if two {
         let _ = crate::forward::pin_current_thread(&[0]);
     }
-    let result = serve_flood_runs(span, two, &sk, &ck, &dir, out);
+    let result = serve_flood_runs(span, two, &sk, &ck, &dir, out)
+        .and_then(|()| transfer_runs(quick, two, &exe, &dir, out));
     if two {
         let _ = crate::forward::pin_current_thread(&[]);
     }
@@ -190,4 +195,262 @@ fn serve_flood_runs(
     }
     out.tables.push(table);
     Ok(())
+}
+
+/// Newcomers per flooded phase: keys 0..6 of [`transfer_runs`]; key 6's initiation is
+/// replayed, key 7 sends the file.
+const NEWCOMERS: usize = 6;
+
+/// An established file transfer and newcomers under a flood of replayed initiations: per round
+/// a fresh `phyllo serve` child allowing 8 keys, one transfer of a file without the flood and
+/// one with it (which goes first alternates), and in the flooded phase, after the transfer,
+/// [`NEWCOMERS`] clients connecting at once.
+fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Section) -> Result<()> {
+    use phyllo::session::StaticKey;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let path = |p: &Path| {
+        p.to_str()
+            .map(String::from)
+            .context("a temporary path is not UTF-8")
+    };
+    let sk = StaticKey::generate()?;
+    let skp = dir.join("transfer-server");
+    phyllo_net::keys::write_pair(&skp, &sk)?;
+    let mut keys = Vec::new();
+    let mut client_keys = Vec::new();
+    for i in 0..8 {
+        let k = StaticKey::generate()?;
+        let p = dir.join(format!("transfer-client{i}"));
+        phyllo_net::keys::write_pair(&p, &k)?;
+        keys.push(path(&p)?);
+        client_keys.push(k);
+    }
+    let (skf, spub) = (path(&skp)?, format!("{}.pub", path(&skp)?));
+    let pubs: Vec<String> = keys.iter().map(|k| format!("{k}.pub")).collect();
+    let mut extra = Vec::new();
+    for p in &pubs[1..] {
+        extra.extend(["--allow", p.as_str()]);
+    }
+    let mut data = vec![0u8; if quick { 32 << 20 } else { 64 << 20 }];
+    getrandom::fill(&mut data).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let file = dir.join("transfer-file");
+    std::fs::write(&file, &data).context("writing the file to send")?;
+    drop(data);
+    let file = path(&file)?;
+
+    // One transfer as `phyllo connect` reports it: MB/s from the session's start to the
+    // server's verified hash.
+    let transfer = |addr: &str| -> Result<f64> {
+        let o = Command::new(exe)
+            .args(["connect", addr, "--accel", "--quiet", "--key", &keys[7]])
+            .args(["--server-key", &spub, "--file", &file])
+            .output()
+            .context("running phyllo connect --file")?;
+        let line = String::from_utf8_lossy(&o.stdout);
+        if !o.status.success() || !line.contains("verified=yes") {
+            bail!(
+                "phyllo connect --file failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("mbytes_per_s="))
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no mbytes_per_s in `{}`", line.trim()))
+    };
+    // The newcomers, all at once: how many got a session (exit 0), the seconds until all had
+    // ended, and why the others did not (their last line on stderr).
+    let newcomers = |addr: &str| -> Result<(usize, f64, Vec<String>)> {
+        let started = Instant::now();
+        let mut children: Vec<Child> = Vec::new();
+        for k in &keys[..NEWCOMERS] {
+            let spawned = Command::new(exe)
+                .args(["connect", addr, "--ping", "3", "--quiet", "--timeout", "10"])
+                .args(["--key", k, "--server-key", &spub])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn();
+            match spawned {
+                Ok(c) => children.push(c),
+                Err(e) => {
+                    for mut c in children {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    return Err(e).context("starting a newcomer's phyllo connect");
+                }
+            }
+        }
+        let (mut got, mut why) = (0, Vec::new());
+        for c in children {
+            let o = c
+                .wait_with_output()
+                .context("waiting for a newcomer's phyllo connect")?;
+            if o.status.success() {
+                got += 1;
+            } else {
+                let err = String::from_utf8_lossy(&o.stderr);
+                why.push(err.lines().last().unwrap_or("").trim().to_owned());
+            }
+        }
+        Ok((got, started.elapsed().as_secs_f64(), why))
+    };
+
+    let rounds = if quick { 3 } else { 5 };
+    let mut table = Table {
+        title: format!(
+            "An established transfer ({} MiB, `phyllo connect --accel --file`) and {NEWCOMERS} \
+             newcomers under a flood of replayed initiations, by round",
+            if quick { 32 } else { 64 }
+        ),
+        headers: [
+            "round",
+            "quiet MB/s",
+            "flooded MB/s",
+            "ratio",
+            "newcomers of 6",
+            "seconds for all",
+            "flood datagrams/s",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    let (mut quiets, mut floodeds, mut ratios, mut rates) = (vec![], vec![], vec![], vec![]);
+    let (mut fewest, mut slowest) = (NEWCOMERS, 0.0f64);
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let (_server, addr) = super::super::session::spawn_local_serve(&skf, &pubs[0], &extra)?;
+        let server_addr: std::net::SocketAddr = addr
+            .parse()
+            .with_context(|| format!("the server's address `{addr}`"))?;
+        let replayed = recorded_initiation(client_keys[6].clone(), sk.public(), server_addr)?;
+        let flood_first = round % 2 == 1;
+        let mut quiet = None;
+        if !flood_first {
+            quiet = Some(transfer(&addr)?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flood = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || -> Result<(u64, Duration)> {
+                if two {
+                    let _ = crate::forward::pin_current_thread(&[1]);
+                }
+                let mut l = phyllo_udp::udp::UdpLink::bind(([127, 0, 0, 1], 0).into())
+                    .context("binding the flood's socket")?;
+                let views: Vec<&[u8]> = (0..phyllo_udp::udp::MAX_BATCH)
+                    .map(|_| &replayed[..])
+                    .collect();
+                let start = Instant::now();
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    sent += l.send_batch_to(&views, server_addr).unwrap_or(0) as u64;
+                }
+                Ok((sent, start.elapsed()))
+            })
+        };
+        // The flooded phase: the flood settles, then the transfer, then the newcomers; the
+        // flood stops whatever happened.
+        let phase = (|| -> Result<_> {
+            std::thread::sleep(Duration::from_millis(200));
+            let flooded = transfer(&addr)?;
+            Ok((flooded, newcomers(&addr)?))
+        })();
+        stop.store(true, Ordering::Relaxed);
+        let (sent, span) = flood
+            .join()
+            .map_err(|_| anyhow::anyhow!("the flood thread panicked"))??;
+        let (flooded, (got, secs, why)) = phase?;
+        let quiet = match quiet {
+            Some(q) => q,
+            None => transfer(&addr)?,
+        };
+        let rate = sent as f64 / span.as_secs_f64().max(1e-9);
+        let ratio = if quiet > 0.0 { flooded / quiet } else { 0.0 };
+        fewest = fewest.min(got);
+        slowest = slowest.max(secs);
+        failures.extend(why);
+        quiets.push(quiet);
+        floodeds.push(flooded);
+        ratios.push(ratio);
+        rates.push(rate);
+        table.rows.push(vec![
+            format!(
+                "{} ({} first)",
+                round + 1,
+                if flood_first { "flooded" } else { "quiet" }
+            ),
+            format!("{quiet:.0}"),
+            format!("{flooded:.0}"),
+            format!("{ratio:.2}"),
+            format!("{got}"),
+            format!("{secs:.1}"),
+            format!("{rate:.0}"),
+        ]);
+    }
+    let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
+        (lo.min(r), hi.max(r))
+    });
+    let ratio = median(&mut ratios);
+    let rate = median(&mut rates);
+    table.rows.push(vec![
+        "median (ratio: min–max; newcomers: fewest; seconds: most)".into(),
+        format!("{:.0}", median(&mut quiets)),
+        format!("{:.0}", median(&mut floodeds)),
+        format!("{ratio:.2} ({lo:.2}–{hi:.2})"),
+        format!("{fewest}"),
+        format!("{slowest:.1}"),
+        format!("{rate:.0}"),
+    ]);
+    out.figures
+        .push(("serve.flood_transfer_goodput_ratio".into(), ratio));
+    out.figures
+        .push(("serve.flood_newcomers_min".into(), fewest as f64));
+    out.figures
+        .push(("serve.flood_initiations_per_s".into(), rate));
+    if !failures.is_empty() {
+        failures.sort();
+        failures.dedup();
+        table.title += &format!(
+            " (newcomers without a session said: {})",
+            failures
+                .iter()
+                .map(|w| format!("`{w}`"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    out.tables.push(table);
+    Ok(())
+}
+
+/// An initiation of `key`'s to the server `(public, addr)`, as it would leave the client.
+fn recorded_initiation(
+    key: phyllo::session::StaticKey,
+    server: phyllo::PublicKey,
+    addr: std::net::SocketAddr,
+) -> Result<Vec<u8>> {
+    let mut s = phyllo_net::SessionSocket::bind(
+        ([127, 0, 0, 1], 0).into(),
+        key,
+        vec![],
+        phyllo_net::DEFAULT_STACK,
+        true,
+    )?;
+    let now = s.now();
+    s.endpoint_mut().connect(now, server, addr);
+    let mut d = Vec::new();
+    s.endpoint_mut()
+        .poll_transmit(&mut d)
+        .context("no initiation to record")?;
+    Ok(d)
+}
+
+/// The middle of `v` (sorted in place; the upper middle of an even count; 0 if empty).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
