@@ -27,7 +27,8 @@ pub enum Failure {
     /// No session with the server for `--timeout` (exit status 3).
     #[error(
         "no session with {server} for {secs} s: the server is down or unreachable, the server \
-         key is wrong, or this key is not allowed there{partial}"
+         key is wrong, this key is not allowed there, or the server runs another --stack or \
+         --accel{partial}"
     )]
     Unreachable {
         /// The server's address.
@@ -250,7 +251,16 @@ impl Client {
     }
 
     /// Pump until a reply that `pick` takes arrives; `None` if the session ended first.
-    fn reply<T>(&mut self, mut pick: impl FnMut(&[u8]) -> Option<T>) -> Result<Option<T>> {
+    fn reply<T>(&mut self, pick: impl FnMut(&[u8]) -> Option<T>) -> Result<Option<T>> {
+        self.reply_by(None, pick)
+    }
+
+    /// [`reply`](Self::reply), giving up with an error at `deadline`.
+    fn reply_by<T>(
+        &mut self,
+        deadline: Option<Instant>,
+        mut pick: impl FnMut(&[u8]) -> Option<T>,
+    ) -> Result<Option<T>> {
         loop {
             while let Some(r) = self.replies.pop_front() {
                 if let Some(t) = pick(&r) {
@@ -259,6 +269,9 @@ impl Client {
             }
             if self.ended {
                 return Ok(None);
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                bail!("no answer from {} within the session", self.server);
             }
             self.pump()?;
         }
@@ -411,13 +424,12 @@ fn ping(
             continue;
         }
         let limit = Instant::now() + Duration::from_secs(5);
-        let echoed = c.reply(|r| (r == msg).then_some(()))?;
+        let echoed = c
+            .reply_by(Some(limit), |r| (r == msg).then_some(()))
+            .with_context(|| format!("ping {i}: no echo in 5 s"))?;
         if echoed.is_none() {
             // The session ended first: ping again in the next one.
             continue;
-        }
-        if Instant::now() > limit {
-            bail!("ping {i}: no answer in 5 s");
         }
         rtts.push(t.elapsed());
         i += 1;

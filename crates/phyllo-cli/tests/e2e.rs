@@ -217,6 +217,15 @@ fn bad_input_gives_one_line_errors() {
             .unwrap();
         one_line_error(&o, "no session with");
     }
+    // The accelerator on one end only: no session (the handshake binds it), said clearly,
+    // within the timeout.
+    let o = Command::new(BIN)
+        .args(["connect", &addr, "--ping", "1", "--timeout", "1", "--accel"])
+        .args(["--key", c.to_str().unwrap(), "--server-key", &pubfile(&s)])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    one_line_error(&o, "another --stack or --accel");
     // The address in use.
     let o = Command::new(BIN)
         .args(["serve", "--listen", &addr])

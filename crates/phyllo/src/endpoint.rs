@@ -191,6 +191,15 @@ pub struct SessionConfig {
     /// [`config`](SessionEndpoint::config) shows the value from then on). Set it only for a
     /// simulated clock (tests).
     pub epoch_ns: Option<u128>,
+    /// The stack the sessions run, as both ends name it. It is bound into every handshake
+    /// together with [`accelerate`](Self::accelerate) (Noise's prologue,
+    /// [`crate::session`]), so two ends whose datagrams would not read each other's — another
+    /// stack, or the accelerator's framing on one end only — get no session: the initiation
+    /// fails authentication at the responder (a counted drop) instead of a session that
+    /// carries nothing. [`SessionEndpoint::builder`] sets it to its stack spec (blanks
+    /// removed); empty for an endpoint made with [`SessionEndpoint::new`], whose sessions
+    /// then bind only `accelerate`.
+    pub profile: String,
 }
 
 impl SessionConfig {
@@ -224,7 +233,19 @@ impl Default for SessionConfig {
             max_sessions: 1 << 16,
             retain_limit: 8 << 20,
             epoch_ns: None,
+            profile: String::new(),
         }
+    }
+}
+
+impl SessionConfig {
+    /// The handshake prologue of sessions with these settings: a label, whether the
+    /// accelerator frames the datagrams, and the [`profile`](Self::profile).
+    fn prologue(&self) -> Vec<u8> {
+        let mut p = b"phyllo session profile 1\0".to_vec();
+        p.push(self.accelerate as u8);
+        p.extend_from_slice(self.profile.as_bytes());
+        p
     }
 }
 
@@ -354,10 +375,12 @@ impl SessionEndpointBuilder {
             }
         };
         let check = self.fast_path_check;
+        let mut cfg = self.cfg;
+        cfg.profile = spec.chars().filter(|c| !c.is_whitespace()).collect();
         Ok(SessionEndpoint::new(
             self.key,
             self.allowed,
-            self.cfg,
+            cfg,
             Box::new(move |mut c| {
                 if let Some(check) = check {
                     c.fast_path_check = check;
@@ -1131,9 +1154,10 @@ impl<S: LayerSet> SessionEndpoint<S> {
         seed: [u8; 32],
     ) -> SessionEndpoint<S> {
         let public = local.public();
+        let responder = Responder::new(local.clone(), allowed).with_prologue(&cfg.prologue());
         SessionEndpoint {
             cfg,
-            responder: Responder::new(local.clone(), allowed),
+            responder,
             local,
             jar: CookieJar::new(&public.0),
             make,
@@ -1282,9 +1306,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
         // A rekey names the session it replaces, so the responder retires that one gracefully;
         // a session found dead is not named (the responder may have forgotten it).
         let replaces = peer.current.as_ref().filter(|s| !s.dead).map(|s| s.remote);
-        let Ok((init, body)) =
-            Initiation::start_replacing(&self.local, peer.key, index, ts, replaces)
-        else {
+        let Ok((init, body)) = Initiation::start_replacing(
+            &self.local,
+            peer.key,
+            index,
+            ts,
+            replaces,
+            &self.cfg.prologue(),
+        ) else {
             return;
         };
         let keys = ResponderMacKeys::new(&peer.key.0);

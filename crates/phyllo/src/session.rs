@@ -25,6 +25,11 @@
 //! little-endian: the initiator's, in both, so each side finds its half), then the Noise
 //! message. Each side's own index travels in its Noise payload, authenticated; the
 //! initiation's copy in the clear must agree with it.
+//!
+//! What both ends must agree on besides keys — the session endpoint puts its stack and
+//! whether the accelerator frames its datagrams there ([`crate::endpoint`]) — is Noise's
+//! prologue: an initiation whose prologue differs from the responder's fails authentication,
+//! so two ends that could not read each other's datagrams never hold a session.
 
 pub mod mac;
 
@@ -277,20 +282,24 @@ impl Initiation {
         index: u32,
         timestamp: u128,
     ) -> Result<(Initiation, Vec<u8>), HandshakeError> {
-        Self::start_replacing(local, peer, index, timestamp, None)
+        Self::start_replacing(local, peer, index, timestamp, None, &[])
     }
 
     /// [`start`](Self::start) a handshake that replaces the session the responder knows as
     /// `replaces` (its own index): a rekey, which the responder retires gracefully, where a
     /// handshake replacing nothing tells it that any session it holds with this peer is dead.
+    /// `prologue`: what the two ends must agree on (the responder's
+    /// [`with_prologue`](Responder::with_prologue); empty for [`start`](Self::start)).
     pub fn start_replacing(
         local: &StaticKey,
         peer: PublicKey,
         index: u32,
         timestamp: u128,
         replaces: Option<u32>,
+        prologue: &[u8],
     ) -> Result<(Initiation, Vec<u8>), HandshakeError> {
         let mut hs = snow::Builder::new(params())
+            .prologue(prologue)?
             .local_private_key(&local.private)?
             .remote_public_key(&peer.0)?
             .build_initiator()?;
@@ -354,6 +363,8 @@ pub struct Responder {
     local: StaticKey,
     /// Allowed peers, with the newest timestamp accepted from each.
     peers: HashMap<PublicKey, Option<[u8; TIMESTAMP_LEN]>>,
+    /// Noise's prologue: what initiators must agree on.
+    prologue: Vec<u8>,
 }
 
 impl fmt::Debug for Responder {
@@ -371,7 +382,15 @@ impl Responder {
         Responder {
             local,
             peers: allowed.into_iter().map(|p| (p, None)).collect(),
+            prologue: Vec::new(),
         }
+    }
+
+    /// Accept only initiations made with this `prologue`
+    /// ([`Initiation::start_replacing`]); empty unless set.
+    pub fn with_prologue(mut self, prologue: &[u8]) -> Responder {
+        self.prologue = prologue.to_vec();
+        self
     }
 
     /// This responder's static public key (what initiators must know).
@@ -395,6 +414,7 @@ impl Responder {
             return Err(HandshakeError::Malformed);
         }
         let mut hs = snow::Builder::new(params())
+            .prologue(&self.prologue)?
             .local_private_key(&self.local.private)?
             .build_responder()?;
         let mut payload = [0u8; MAX_NOISE];

@@ -510,3 +510,59 @@ fn under_load_one_flooding_address_is_rate_limited_before_any_mac_and_others_sti
     assert_eq!(server.stats().cookie_replies, replies + 2);
     assert_eq!(rate_limited(&server), limited);
 }
+
+/// Two ends whose datagrams would not read each other's — the accelerator on one end only, or
+/// another stack — get no session (the initiation fails authentication at the responder, a
+/// counted drop), instead of a session that carries nothing; the same profile spelled with
+/// other blanks is the same profile.
+#[test]
+fn ends_that_disagree_on_stack_or_accelerator_get_no_session() {
+    let build = |key: &StaticKey, allowed: &[PublicKey], spec: &str, accel: bool, seed: u8| {
+        SessionEndpoint::builder(key.clone())
+            .allow_all(allowed.iter().copied())
+            .stack(spec)
+            .config(SessionConfig {
+                accelerate: accel,
+                epoch_ns: Some(EPOCH),
+                ..SessionConfig::default()
+            })
+            .seed([seed; 32])
+            .build()
+            .unwrap()
+    };
+    let spaced = "frag(1400) : window(16) : checksum : seal";
+    for (client_spec, client_accel, agree) in [
+        (SPEC, false, false),
+        ("frag(1400):window(32):checksum:seal", true, false),
+        (spaced, true, true),
+    ] {
+        let (ck, sk) = (
+            StaticKey::generate().unwrap(),
+            StaticKey::generate().unwrap(),
+        );
+        let mut net = SessionNet::new(Faults::none(Duration::from_millis(1)), 7);
+        let server = net.add(addr(1), build(&sk, &[ck.public()], SPEC, true, 1));
+        let client = net.add(addr(2), build(&ck, &[], client_spec, client_accel, 2));
+        let now = net.now;
+        let p = net.nodes[client].ep.connect(now, sk.public(), addr(1));
+        net.nodes[client].ep.send(now, p, b"hello").unwrap();
+        net.run_until(Time(3_000_000_000));
+        let delivered = net.nodes[server].inbox.len();
+        let auth_drops = net.nodes[server]
+            .ep
+            .stats()
+            .dropped(phyllo::endpoint::Discard::HandshakeAuth);
+        let spec = client_spec;
+        if agree {
+            assert_eq!(delivered, 1, "{spec} accel {client_accel}");
+            assert_eq!(auth_drops, 0);
+        } else {
+            assert_eq!(delivered, 0, "{spec} accel {client_accel}");
+            assert!(!net.nodes[client].ep.is_established(p));
+            assert!(
+                auth_drops > 0,
+                "{spec} accel {client_accel}: refusals counted"
+            );
+        }
+    }
+}
