@@ -159,7 +159,7 @@ pub struct Offer<'a> {
 /// How the server takes an offer.
 pub enum Taken {
     /// Receive it (from [`Incoming::have`] on).
-    Receive(Incoming),
+    Receive(Box<Incoming>),
     /// The name already holds exactly the announced bytes (size and SHA-256): nothing to
     /// send; the name it is under.
     Held(String),
@@ -192,7 +192,7 @@ impl Store {
             pending: Vec::new(),
         };
         let Some(dir) = &self.dir else {
-            return Ok(Taken::Receive(t));
+            return Ok(Taken::Receive(Box::new(t)));
         };
         if let Some(held) = self.existing(dir, &t.name, o)? {
             return Ok(held);
@@ -238,7 +238,7 @@ impl Store {
         }
         file.seek(SeekFrom::Start(t.have)).map_err(io(&path))?;
         t.partial = Some(Partial { path, file });
-        Ok(Taken::Receive(t))
+        Ok(Taken::Receive(Box::new(t)))
     }
 
     /// What is at `name` in `dir` already: nothing (`None`), exactly the offered bytes
@@ -497,7 +497,7 @@ mod tests {
             tree: false,
         };
         match store.offer(peer, &o)? {
-            Taken::Receive(t) => Ok(t),
+            Taken::Receive(t) => Ok(*t),
             Taken::Held(n) => panic!("{n} held without a hash offered"),
         }
     }

@@ -234,7 +234,7 @@ fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) ->
                         "receiving"
                     );
                     let have = t.have();
-                    st.transfer = Some(t);
+                    st.transfer = Some(*t);
                     Some(Message::Accept { id, have }.encode())
                 }
                 Ok(Taken::Held(stored)) => {

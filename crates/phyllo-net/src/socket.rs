@@ -456,7 +456,9 @@ impl SessionSocket {
     /// unanswered may be hashed onto a server's flooded listening socket (see
     /// [`bind_dedicating`](Self::bind_dedicating)) or sit behind a stale NAT mapping, and a
     /// new source port gets it another. Sessions carry on (a server learns the new address
-    /// from the next authenticated datagram); what was queued is sent first. Not for a
+    /// from the next authenticated datagram); what was queued is sent first, and a handshake
+    /// under way sends a new initiation at once from the new port
+    /// ([`SessionEndpoint::local_address_changed`]). Not for a
     /// dedicating socket, whose port is its address: [`NetError::Rebind`].
     pub fn rebind(&mut self) -> Result<SocketAddr, NetError> {
         if self.dedicating {
@@ -469,6 +471,9 @@ impl SessionSocket {
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
         self.link = link;
+        // Handshakes under way start again from here: their answers would go to the old port.
+        let now = self.now();
+        self.ep.local_address_changed(now);
         Ok(self.link.local_addr())
     }
 

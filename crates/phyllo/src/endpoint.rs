@@ -1255,6 +1255,28 @@ impl<S: LayerSet> SessionEndpoint<S> {
         p
     }
 
+    /// This end moved to another address (a new source port, another network): every
+    /// handshake waiting for an answer sends a new initiation now, since the answer to the
+    /// last one would go to the old address (each counts as an attempt, within
+    /// [`SessionConfig::handshake_attempts`]). Established sessions need nothing: the peer
+    /// follows their authenticated datagrams to the new address.
+    pub fn local_address_changed(&mut self, now: Time) {
+        let limit = self.cfg.handshake_attempts;
+        let waiting: Vec<PeerId> = (0..self.peers.len() as u32)
+            .map(PeerId)
+            .filter(|p| {
+                self.peers[p.0 as usize]
+                    .pending
+                    .as_ref()
+                    .is_some_and(|pd| pd.attempts < limit)
+            })
+            .collect();
+        for p in waiting {
+            self.initiate(now, p);
+            self.touch(now, p);
+        }
+    }
+
     fn peer_for(&mut self, key: PublicKey) -> PeerId {
         if let Some(&p) = self.by_key.get(&key) {
             return p;

@@ -566,3 +566,31 @@ fn ends_that_disagree_on_stack_or_accelerator_get_no_session() {
         }
     }
 }
+
+/// An end that moved to another address re-sends a waiting handshake at once (the answer to
+/// the last initiation would go to the old address), within the attempt limit, and leaves
+/// established sessions alone.
+#[test]
+fn a_moved_end_starts_its_waiting_handshake_again_at_once() {
+    let mut w = world(false, Faults::none(Duration::from_millis(1)), 3);
+    // A server nobody answers for: the handshake waits.
+    let now = w.net.now;
+    let nowhere = w.sk.public();
+    let p = w.net.nodes[w.client].ep.connect(now, nowhere, addr(9));
+    w.net.run_until(Time(100_000_000));
+    let sent = |w: &World| w.net.nodes[w.client].ep.stats().initiations_sent;
+    let before = sent(&w);
+    let now = w.net.now;
+    w.net.nodes[w.client].ep.local_address_changed(now);
+    assert_eq!(sent(&w), before + 1, "a new initiation at once");
+    assert!(!w.net.nodes[w.client].ep.is_established(p));
+    // With the real server reachable, the session comes up; moving again sends nothing.
+    let mut w = world(false, Faults::none(Duration::from_millis(1)), 4);
+    let p = w.connect();
+    w.net.run_until(Time(50_000_000));
+    assert!(w.net.nodes[w.client].ep.is_established(p));
+    let before = sent(&w);
+    let now = w.net.now;
+    w.net.nodes[w.client].ep.local_address_changed(now);
+    assert_eq!(sent(&w), before);
+}

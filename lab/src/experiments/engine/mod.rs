@@ -329,8 +329,10 @@ impl Experiment for Engine {
                  CPU 0, so the flood takes none of their CPU and the ratio shows what the server \
                  does with its own. In the flooded phase the flood runs 200 ms, then the \
                  transfer, and after it ends six other allowed clients run `phyllo connect \
-                 --ping 3 --timeout 10` at once, still under the flood; the table counts those \
-                 that exit 0 and the seconds until all six ended. \
+                 --accel --ping 3 --timeout 10` at once, still under the flood; the table \
+                 counts those that exit 0 (a session and three pings answered) and the seconds \
+                 until all six ended (any still running after 30 s are killed and count as \
+                 without a session). \
                  `serve.flood_transfer_goodput_ratio` = the median over rounds of flooded / \
                  quiet MB/s (goal ≥ 0.80); `serve.flood_newcomers_min` = the fewest newcomers of \
                  six with a session in any round (goal ≥ 5, within 10 s); \

@@ -197,6 +197,13 @@ fn serve_flood_runs(
     Ok(())
 }
 
+/// How long a transfer may take before it is killed and the run fails.
+const TRANSFER_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long the newcomers may take before those still running are killed (and counted as
+/// without a session): `--timeout 10` bounds a client's handshakes, not its pings.
+const NEWCOMER_LIMIT: Duration = Duration::from_secs(30);
+
 /// Newcomers per flooded phase: keys 0..6 of [`transfer_runs`]; key 6's initiation is
 /// replayed, key 7 sends the file.
 const NEWCOMERS: usize = 6;
@@ -242,60 +249,58 @@ fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Secti
     // One transfer as `phyllo connect` reports it: MB/s from the session's start to the
     // server's verified hash.
     let transfer = |addr: &str| -> Result<f64> {
-        let o = Command::new(exe)
-            .args(["connect", addr, "--accel", "--quiet", "--key", &keys[7]])
-            .args(["--server-key", &spub, "--file", &file])
-            .output()
-            .context("running phyllo connect --file")?;
-        let line = String::from_utf8_lossy(&o.stdout);
-        if !o.status.success() || !line.contains("verified=yes") {
+        let mut cmd = Command::new(exe);
+        cmd.args(["connect", addr, "--accel", "--quiet", "--key", &keys[7]])
+            .args(["--server-key", &spub, "--file", &file]);
+        let o = Children::spawn([cmd])
+            .context("starting phyllo connect --file")?
+            .finish(TRANSFER_LIMIT)?
+            .pop()
+            .context("no transfer child")?;
+        if o.killed {
             bail!(
-                "phyllo connect --file failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
+                "phyllo connect --file still running after {} s: {}",
+                TRANSFER_LIMIT.as_secs(),
+                o.stderr.trim()
             );
         }
-        line.split_whitespace()
+        if !o.ok || !o.stdout.contains("verified=yes") {
+            bail!("phyllo connect --file failed: {}", o.stderr.trim());
+        }
+        o.stdout
+            .split_whitespace()
             .find_map(|w| w.strip_prefix("mbytes_per_s="))
             .and_then(|v| v.parse().ok())
-            .with_context(|| format!("no mbytes_per_s in `{}`", line.trim()))
+            .with_context(|| format!("no mbytes_per_s in `{}`", o.stdout.trim()))
     };
-    // The newcomers, all at once: how many got a session (exit 0), the seconds until all had
-    // ended, and why the others did not (their last line on stderr).
+    // The newcomers, all at once (accelerated, as the server is): how many got a session and
+    // their pings answered (exit 0), the seconds until all had ended, and why the others did
+    // not (their last line on stderr).
     let newcomers = |addr: &str| -> Result<(usize, f64, Vec<String>)> {
         let started = Instant::now();
-        let mut children: Vec<Child> = Vec::new();
-        for k in &keys[..NEWCOMERS] {
-            let spawned = Command::new(exe)
-                .args(["connect", addr, "--ping", "3", "--quiet", "--timeout", "10"])
-                .args(["--key", k, "--server-key", &spub])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            match spawned {
-                Ok(c) => children.push(c),
-                Err(e) => {
-                    for mut c in children {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                    }
-                    return Err(e).context("starting a newcomer's phyllo connect");
-                }
-            }
-        }
+        let children = Children::spawn(keys[..NEWCOMERS].iter().map(|k| {
+            let mut cmd = Command::new(exe);
+            cmd.args(["connect", addr, "--accel", "--ping", "3", "--quiet"])
+                .args(["--timeout", "10", "--key", k, "--server-key", &spub]);
+            cmd
+        }))
+        .context("starting a newcomer's phyllo connect")?;
+        let ended = children.finish(NEWCOMER_LIMIT)?;
+        let secs = started.elapsed().as_secs_f64();
         let (mut got, mut why) = (0, Vec::new());
-        for c in children {
-            let o = c
-                .wait_with_output()
-                .context("waiting for a newcomer's phyllo connect")?;
-            if o.status.success() {
+        for o in ended {
+            if o.ok {
                 got += 1;
+            } else if o.killed {
+                why.push(format!(
+                    "still running after {} s, killed",
+                    NEWCOMER_LIMIT.as_secs()
+                ));
             } else {
-                let err = String::from_utf8_lossy(&o.stderr);
-                why.push(err.lines().last().unwrap_or("").trim().to_owned());
+                why.push(o.stderr.lines().last().unwrap_or("").trim().to_owned());
             }
         }
-        Ok((got, started.elapsed().as_secs_f64(), why))
+        Ok((got, secs, why))
     };
 
     let rounds = if quick { 3 } else { 5 };
@@ -453,4 +458,93 @@ fn recorded_initiation(
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// How a child of [`Children`] ended.
+struct Ended {
+    /// It exited 0.
+    ok: bool,
+    /// It was still running at the limit and was killed.
+    killed: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Child processes (stdin null, stdout and stderr piped), killed and reaped if dropped before
+/// they end, so none outlives a failed measurement.
+struct Children(Vec<Child>);
+
+impl Children {
+    fn spawn(commands: impl IntoIterator<Item = Command>) -> Result<Children> {
+        let mut children = Children(Vec::new());
+        for mut cmd in commands {
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            children.0.push(child);
+        }
+        Ok(children)
+    }
+
+    /// Wait until every child has ended or `limit` has passed, killing those still running
+    /// then; how each ended, in order. The children print a few lines, which the pipes hold
+    /// until they are read here.
+    fn finish(mut self, limit: Duration) -> Result<Vec<Ended>> {
+        use std::io::Read;
+        let deadline = Instant::now() + limit;
+        let mut status = vec![None; self.0.len()];
+        let mut killed = vec![false; self.0.len()];
+        loop {
+            for (c, s) in self.0.iter_mut().zip(&mut status) {
+                if s.is_none() {
+                    *s = c.try_wait().context("waiting for a child")?;
+                }
+            }
+            if status.iter().all(Option::is_some) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for ((c, s), k) in self.0.iter_mut().zip(&mut status).zip(&mut killed) {
+                    if s.is_none() {
+                        let _ = c.kill();
+                        *s = Some(c.wait().context("reaping a killed child")?);
+                        *k = true;
+                    }
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut ended = Vec::new();
+        for ((c, s), killed) in self.0.iter_mut().zip(status).zip(killed) {
+            let (mut stdout, mut stderr) = (String::new(), String::new());
+            if let Some(mut o) = c.stdout.take() {
+                o.read_to_string(&mut stdout)
+                    .context("reading a child's stdout")?;
+            }
+            if let Some(mut e) = c.stderr.take() {
+                e.read_to_string(&mut stderr)
+                    .context("reading a child's stderr")?;
+            }
+            ended.push(Ended {
+                ok: s.is_some_and(|s| s.success()),
+                killed,
+                stdout,
+                stderr,
+            });
+        }
+        Ok(ended)
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // Ended children are reaped already; killing one is harmless.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
