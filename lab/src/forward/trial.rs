@@ -557,11 +557,15 @@ mod tests {
         let _one = one_at_a_time();
         for design in [Design::Baseline, Design::Engine(PollConfig::default())] {
             for kind in [StageKind::Screend, StageKind::Monitor] {
+                // A queue deep enough for the stage thread to be descheduled for a while (a
+                // loaded machine, other tests) without dropping: what this checks is that
+                // both designs hand every packet to the stage at low load, not the queue's
+                // size.
                 let cfg = ForwardConfig {
                     user: Some(UserStage {
                         kind,
                         cost: Duration::from_micros(20),
-                        queue: 32,
+                        queue: 512,
                         feedback: true,
                     }),
                     ..ForwardConfig::default()

@@ -4,7 +4,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A description of this host, written into `results.json` and the report headers.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Machine {
     /// Host name (`/proc/sys/kernel/hostname`).
     pub hostname: String,

@@ -6,6 +6,7 @@
 //! the figures were measured on). An experiment that cannot run here returns
 //! [`Outcome::Skipped`] with the reason, and the rest go on.
 
+mod goals;
 mod machine;
 mod render;
 mod svg;
@@ -33,7 +34,8 @@ pub struct Ctx {
 }
 
 /// A table, rendered as markdown and HTML.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Table {
     /// Caption shown above the table (may be empty).
     pub title: String,
@@ -44,7 +46,8 @@ pub struct Table {
 }
 
 /// One line (or scatter) of a plot.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Series {
     /// Legend entry.
     pub name: String,
@@ -53,7 +56,8 @@ pub struct Series {
 }
 
 /// A 2-D plot, rendered to SVG with plotters.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Plot {
     /// File stem of the SVG (unique within the report), e.g. `accel_fig5`.
     pub id: String,
@@ -120,6 +124,9 @@ pub struct ReportArgs {
     /// Run only the experiments whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Run nothing: write the pages again from this `results.json` of an earlier run.
+    #[arg(long, conflicts_with_all = ["quick", "only"])]
+    pub from: Option<PathBuf>,
 }
 
 /// How one experiment ended.
@@ -174,7 +181,10 @@ pub struct Summary {
 /// Fails only when the folder cannot be written; failed experiments are reported in it.
 pub fn main(experiments: &[Box<dyn Experiment>], args: ReportArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let summary = run_report(experiments, &args)?;
+    let summary = match &args.from {
+        Some(results) => rerender(results, &args.out)?,
+        None => run_report(experiments, &args)?,
+    };
     println!(
         "report: {} done, {} skipped, {} failed in {:.1} s -> {}",
         summary.done,
@@ -425,6 +435,91 @@ fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Write the report folder `out` again from a `results.json` a run wrote (the same pages,
+/// plots redrawn from their points): for reading an old run with today's rendering, and for
+/// testing the rendering on fixed data.
+pub fn rerender(results: &Path, out: &Path) -> anyhow::Result<Summary> {
+    let text = std::fs::read_to_string(results)
+        .with_context(|| format!("cannot read {}", results.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not JSON", results.display()))?;
+    let machine: Machine =
+        serde_json::from_value(v["machine"].clone()).context("results.json: `machine`")?;
+    let records = v["experiments"]
+        .as_array()
+        .context("results.json: no `experiments` list")?
+        .iter()
+        .map(record_from_json)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let quick = v["quick"].as_bool().unwrap_or(false);
+    let generated_at = v["generated_at"].as_str().unwrap_or("").to_string();
+    write_report(out, &records, &machine, quick, generated_at)
+}
+
+/// One experiment of `results.json` back as a [`Record`].
+fn record_from_json(e: &serde_json::Value) -> anyhow::Result<Record> {
+    let text = |k: &str| e[k].as_str().map(String::from);
+    let name = text("name").context("an experiment without a `name`")?;
+    let status = match e["status"].as_str() {
+        Some("skipped") => Status::Skipped(text("reason").unwrap_or_default()),
+        Some("failed") => Status::Failed(text("error").unwrap_or_default()),
+        _ => {
+            let figures = e["figures"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let plots = e["plots"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| Plot {
+                            series: p["series"]
+                                .as_array()
+                                .map(|ss| ss.iter().map(series_from_json).collect())
+                                .unwrap_or_default(),
+                            ..serde_json::from_value(p.clone()).unwrap_or_default()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Status::Done(Section {
+                text: field(e, "text"),
+                tables: field(e, "tables"),
+                plots,
+                figures,
+            })
+        }
+    };
+    Ok(Record {
+        title: text("title").unwrap_or_else(|| name.clone()),
+        seed_ref: text("seed_ref"),
+        seconds: e["seconds"].as_f64().unwrap_or(0.0),
+        name,
+        status,
+    })
+}
+
+/// Field `k` of `e`, or its default where missing or malformed.
+fn field<T: serde::de::DeserializeOwned + Default>(e: &serde_json::Value, k: &str) -> T {
+    serde_json::from_value(e[k].clone()).unwrap_or_default()
+}
+
+/// A plot's series from `results.json`, where a point that was not a number is `null`.
+fn series_from_json(s: &serde_json::Value) -> Series {
+    let coord = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    Series {
+        name: s["name"].as_str().unwrap_or("").to_string(),
+        points: s["points"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| (coord(&p[0]), coord(&p[1]))).collect())
+            .unwrap_or_default(),
+    }
+}
+
 /// Write the report folder from finished records.
 pub fn write_report(
     out: &Path,
@@ -551,6 +646,7 @@ mod tests {
             quick: true,
             out: out.to_path_buf(),
             only: None,
+            from: None,
         }
     }
 
@@ -608,7 +704,7 @@ mod tests {
         assert!(md.contains("seed 999, Table 1"));
         assert!(md.contains("**Skipped:** no valgrind here"));
         let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
-        assert!(html.contains("<svg") && html.contains("<td>9000</td>"));
+        assert!(html.contains("<svg") && html.contains("<td class=\"num\">9000</td>"));
         assert!(html.contains("no valgrind here"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,13 +1,17 @@
 //! Rendering the report: `index.md`, `index.html` and `results.json` from the run records.
 //!
 //! Pure functions of a [`Doc`]; writing files is the caller's business. The HTML is one
-//! self-contained page (inline CSS, SVGs inlined) so it can be mailed or archived alone.
+//! self-contained page (inline CSS, SVGs inlined) so it can be mailed or archived alone; the
+//! prose, headings, table cells and captions are markdown, rendered with `pulldown-cmark`.
+//! Both pages open with the headline figures ([`super::goals`]), each with its goal and a
+//! met/missed mark, linked to its section.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
+use super::goals::{self, Goal};
 use super::machine::Machine;
 use super::{Record, Status, Table};
 
@@ -65,6 +69,48 @@ impl Doc<'_> {
         m
     }
 
+    /// The experiment whose section holds `figure`.
+    pub fn section_of(&self, figure: &str) -> Option<&Record> {
+        self.records.iter().rev().find(|r| match &r.status {
+            Status::Done(s) => s.figures.iter().any(|(k, _)| k == figure),
+            _ => false,
+        })
+    }
+
+    /// The headline figures of the experiments in this report, each with its value (`None`:
+    /// its experiment ran but did not produce it, or did not run to the end).
+    pub fn headlines(&self) -> Vec<(&'static Goal, Option<f64>)> {
+        let figures = self.figures();
+        let ran: Vec<&str> = self.records.iter().map(|r| r.name.as_str()).collect();
+        goals::GOALS
+            .iter()
+            .filter(|g| {
+                figures.contains_key(g.figure)
+                    || ran.iter().any(|n| g.figure.starts_with(&format!("{n}.")))
+            })
+            .map(|g| (g, figures.get(g.figure).copied()))
+            .collect()
+    }
+
+    /// A record's status for the reader: `done`, `missed goal` (done, and a headline figure
+    /// of its section misses its goal), `skipped` or `failed`.
+    pub fn status_of(&self, r: &Record) -> &'static str {
+        match &r.status {
+            Status::Done(s) => {
+                let missed = s
+                    .figures
+                    .iter()
+                    .any(|(k, v)| goals::goal(k).is_some_and(|g| !g.met(*v)));
+                if missed {
+                    "missed goal"
+                } else {
+                    "done"
+                }
+            }
+            other => other.label(),
+        }
+    }
+
     fn mode(&self) -> &'static str {
         if self.quick {
             "quick"
@@ -108,7 +154,7 @@ pub fn results_json(doc: &Doc<'_>) -> Value {
                 "name": r.name,
                 "title": r.title,
                 "seed_ref": r.seed_ref,
-                "status": r.status.label(),
+                "status": doc.status_of(r),
                 "seconds": num(r.seconds),
             });
             match &r.status {
@@ -152,8 +198,25 @@ pub fn results_json(doc: &Doc<'_>) -> Value {
             e
         })
         .collect();
+    let goals: Map<String, Value> = goals::GOALS
+        .iter()
+        .map(|g| {
+            let value = doc.figures().get(g.figure).copied();
+            (
+                g.figure.to_string(),
+                json!({
+                    "direction": g.direction,
+                    "target": num(g.target),
+                    "unit": g.unit,
+                    "anchor": g.anchor,
+                    "met": value.map(|v| g.met(v)),
+                }),
+            )
+        })
+        .collect();
     json!({
         "figures": figures,
+        "goals": goals,
         "machine": doc.machine,
         "experiments": experiments,
         "quick": doc.quick,
@@ -192,6 +255,86 @@ fn md_table(out: &mut String, t: &Table) {
     out.push('\n');
 }
 
+/// A headline figure's mark: met, missed, or not measured.
+fn mark(g: &Goal, value: Option<f64>) -> &'static str {
+    match value {
+        Some(v) if g.met(v) => "✓ met",
+        Some(_) => "✗ missed",
+        None => "— not measured",
+    }
+}
+
+/// A figure's goal and mark for its section's table (empty for a figure without a goal).
+fn goal_cells(figure: &str, value: f64) -> (String, &'static str) {
+    match goals::goal(figure) {
+        Some(g) => (g.text(), mark(g, Some(value))),
+        None => (String::new(), ""),
+    }
+}
+
+/// The headline figures' table (markdown cells; the figure links to its section).
+fn headline_table(doc: &Doc<'_>) -> Table {
+    let rows = doc
+        .headlines()
+        .into_iter()
+        .map(|(g, value)| {
+            let figure = match doc.section_of(g.figure) {
+                Some(r) => format!("[`{}`](#{})", g.figure, r.name),
+                None => format!("`{}`", g.figure),
+            };
+            vec![
+                figure,
+                value.map_or("—".into(), fmt_value),
+                g.unit.to_string(),
+                g.text(),
+                mark(g, value).to_string(),
+                g.anchor.unwrap_or("").to_string(),
+            ]
+        })
+        .collect();
+    Table {
+        title: "Headline figures: each against its goal".into(),
+        headers: ["figure", "value", "unit", "goal", "mark", "seed or anchor"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    }
+}
+
+/// The contents: every experiment with its status (a link to its section).
+fn contents_table(doc: &Doc<'_>) -> Table {
+    Table {
+        title: "Contents".into(),
+        headers: ["experiment", "status", "seconds"].map(String::from).to_vec(),
+        rows: doc
+            .records
+            .iter()
+            .map(|r| {
+                vec![
+                    format!("[{}](#{})", r.title, r.name),
+                    doc.status_of(r).to_string(),
+                    format!("{:.1}", r.seconds),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// A section's figures with their goals.
+fn figures_table(figures: &[(String, f64)]) -> Table {
+    Table {
+        title: "Figures".into(),
+        headers: ["figure", "value", "goal", "mark"].map(String::from).to_vec(),
+        rows: figures
+            .iter()
+            .map(|(k, v)| {
+                let (goal, mark) = goal_cells(k, *v);
+                vec![format!("`{k}`"), fmt_value(*v), goal, mark.to_string()]
+            })
+            .collect(),
+    }
+}
+
 /// `index.md`.
 pub fn markdown(doc: &Doc<'_>) -> String {
     let mut o = String::new();
@@ -203,19 +346,12 @@ pub fn markdown(doc: &Doc<'_>) -> String {
         o,
         "- Experiments: {done} done, {skipped} skipped, {failed} failed\n"
     );
+    let headlines = headline_table(doc);
+    if !headlines.rows.is_empty() {
+        md_table(&mut o, &headlines);
+    }
     if !doc.records.is_empty() {
-        let _ = writeln!(o, "| experiment | status | seconds |\n| --- | --- | --- |");
-        for r in doc.records {
-            let _ = writeln!(
-                o,
-                "| [{}](#{}) | {} | {:.1} |",
-                md_cell(&r.title),
-                r.name,
-                r.status.label(),
-                r.seconds
-            );
-        }
-        o.push('\n');
+        md_table(&mut o, &contents_table(doc));
     }
     for (r, plots) in doc.records.iter().zip(doc.plots) {
         let _ = writeln!(
@@ -245,11 +381,7 @@ pub fn markdown(doc: &Doc<'_>) -> String {
                     }
                 }
                 if !s.figures.is_empty() {
-                    let _ = writeln!(o, "| figure | value |\n| --- | --- |");
-                    for (k, v) in &s.figures {
-                        let _ = writeln!(o, "| `{k}` | {} |", fmt_value(*v));
-                    }
-                    o.push('\n');
+                    md_table(&mut o, &figures_table(&s.figures));
                 }
             }
             Status::Skipped(why) => {
@@ -259,14 +391,7 @@ pub fn markdown(doc: &Doc<'_>) -> String {
                 let _ = writeln!(o, "**Failed:**\n\n```text\n{err}\n```\n");
             }
         }
-        let _ = writeln!(o, "*{} in {:.1} s.*\n", r.status.label(), r.seconds);
-    }
-    let figures = doc.figures();
-    if !figures.is_empty() {
-        let _ = writeln!(o, "## All figures\n\n| figure | value |\n| --- | --- |");
-        for (k, v) in figures {
-            let _ = writeln!(o, "| `{k}` | {} |", fmt_value(v));
-        }
+        let _ = writeln!(o, "*{} in {:.1} s.*\n", doc.status_of(r), r.seconds);
     }
     o
 }
@@ -287,37 +412,63 @@ pub fn esc(s: &str) -> String {
     o
 }
 
-/// A paragraph of (simple) markdown as HTML: escaped, with `code` spans.
-fn para(s: &str) -> String {
+/// Markdown as HTML (`pulldown-cmark`, tables and strikethrough on); raw HTML in the text is
+/// escaped, not passed through.
+fn md_html(s: &str) -> String {
+    use pulldown_cmark::{Event, Options, Parser};
+    let parser = Parser::new_ext(s, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH)
+        .map(|e| match e {
+            Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
+            e => e,
+        });
     let mut o = String::new();
-    for (i, part) in s.split('`').enumerate() {
-        if i % 2 == 1 {
-            let _ = write!(o, "<code>{}</code>", esc(part));
-        } else {
-            o.push_str(&esc(part));
-        }
-    }
+    pulldown_cmark::html::push_html(&mut o, parser);
     o
 }
 
+/// A paragraph of markdown as HTML.
+fn para(s: &str) -> String {
+    md_html(s)
+}
+
+/// A line of markdown (a heading, a cell, a caption) as inline HTML: without the paragraph
+/// it would be wrapped in.
+fn inline(s: &str) -> String {
+    let h = md_html(s);
+    let h = h.trim_end();
+    match h.strip_prefix("<p>").and_then(|h| h.strip_suffix("</p>")) {
+        Some(inner) if !inner.contains("<p>") => inner.to_string(),
+        _ => h.to_string(),
+    }
+}
+
+/// Whether a cell holds a number (with an optional unit sign), to be right-aligned.
+fn numeric(s: &str) -> bool {
+    let t = s.trim().trim_end_matches(['%', '×', 'x']).trim();
+    !t.is_empty()
+        && t.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '−')
+        && t.chars().all(|c| c.is_ascii_digit() || ".,-−+e ".contains(c))
+}
+
 fn html_table(o: &mut String, t: &Table) {
-    o.push_str("<table>");
+    o.push_str("<div class=\"scroll\"><table>");
     if !t.title.is_empty() {
-        let _ = write!(o, "<caption>{}</caption>", esc(&t.title));
+        let _ = write!(o, "<caption>{}</caption>", inline(&t.title));
     }
     o.push_str("<thead><tr>");
     for h in &t.headers {
-        let _ = write!(o, "<th>{}</th>", esc(h));
+        let _ = write!(o, "<th>{}</th>", inline(h));
     }
     o.push_str("</tr></thead><tbody>");
     for r in &t.rows {
         o.push_str("<tr>");
         for c in r {
-            let _ = write!(o, "<td>{}</td>", esc(c));
+            let class = if numeric(c) { " class=\"num\"" } else { "" };
+            let _ = write!(o, "<td{class}>{}</td>", inline(c));
         }
         o.push_str("</tr>");
     }
-    o.push_str("</tbody></table>\n");
+    o.push_str("</tbody></table></div>\n");
 }
 
 /// Strip an XML declaration so the SVG can be inlined in HTML.
@@ -328,14 +479,15 @@ fn inline_svg(svg: &str) -> &str {
     }
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;\
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:64rem;margin:2rem auto;\
 padding:0 1rem;color:#222;line-height:1.45}h1,h2{border-bottom:1px solid #ddd}\
-table{border-collapse:collapse;margin:1rem 0}caption{font-weight:bold;text-align:left;\
-padding:.3rem 0}th,td{border:1px solid #ccc;padding:.25rem .6rem;text-align:right}\
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
+.scroll{overflow-x:auto;margin:1rem 0}table{border-collapse:collapse}\
+caption{font-weight:bold;text-align:left;padding:.3rem 0}\
+th,td{border:1px solid #ccc;padding:.25rem .6rem;text-align:left;vertical-align:top}\
+td.num{text-align:right;white-space:nowrap}th{background:#f4f4f4}\
 code,pre{background:#f6f6f6;font-family:ui-monospace,monospace}pre{padding:.6rem;\
-overflow-x:auto}.done{color:#186a1b}.skipped{color:#8a6100}.failed{color:#a11}\
-.meta{color:#555}figure{margin:1rem 0}svg{max-width:100%;height:auto}";
+overflow-x:auto}.meta{color:#555}figure{margin:1rem 0}svg{max-width:100%;height:auto}\
+nav ol{columns:2}";
 
 /// `index.html`.
 pub fn html(doc: &Doc<'_>) -> String {
@@ -344,6 +496,7 @@ pub fn html(doc: &Doc<'_>) -> String {
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>phyllo report</title><style>{CSS}</style></head><body>\n\
          <h1>phyllo report</h1>\n<p class=\"meta\">Generated {} ({} mode)<br>Machine: {}<br>\
          Experiments: {done} done, {skipped} skipped, {failed} failed</p>\n",
@@ -351,35 +504,30 @@ pub fn html(doc: &Doc<'_>) -> String {
         doc.mode(),
         esc(&doc.machine.one_line())
     );
+    let headlines = headline_table(doc);
+    if !headlines.rows.is_empty() {
+        html_table(&mut o, &headlines);
+    }
     if !doc.records.is_empty() {
-        o.push_str("<table><thead><tr><th>experiment</th><th>status</th><th>seconds</th></tr></thead><tbody>");
-        for r in doc.records {
-            let _ = write!(
-                o,
-                "<tr><td><a href=\"#{}\">{}</a></td><td class=\"{l}\">{l}</td><td>{:.1}</td></tr>",
-                esc(&r.name),
-                esc(&r.title),
-                r.seconds,
-                l = r.status.label()
-            );
-        }
-        o.push_str("</tbody></table>\n");
+        o.push_str("<nav>");
+        html_table(&mut o, &contents_table(doc));
+        o.push_str("</nav>\n");
     }
     for (r, plots) in doc.records.iter().zip(doc.plots) {
         let _ = writeln!(
             o,
             "<section id=\"{}\"><h2>{} (<code>{}</code>)</h2>",
             esc(&r.name),
-            esc(&r.title),
+            inline(&r.title),
             esc(&r.name)
         );
         if let Some(s) = &r.seed_ref {
-            let _ = writeln!(o, "<p><em>Reproduces: {}.</em></p>", esc(s));
+            let _ = writeln!(o, "<p><em>Reproduces: {}.</em></p>", inline(s));
         }
         match &r.status {
             Status::Done(s) => {
                 for p in &s.text {
-                    let _ = writeln!(o, "<p>{}</p>", para(p));
+                    o.push_str(&para(p));
                 }
                 for t in &s.tables {
                     html_table(&mut o, t);
@@ -392,45 +540,30 @@ pub fn html(doc: &Doc<'_>) -> String {
                                 "<figure>{}<figcaption><a href=\"{}\">{}</a></figcaption></figure>",
                                 inline_svg(svg),
                                 esc(&rp.file),
-                                esc(&rp.title)
+                                inline(&rp.title)
                             );
                         }
                         Err(e) => {
                             let _ = writeln!(
                                 o,
                                 "<p class=\"failed\">Plot “{}” could not be drawn: {}</p>",
-                                esc(&rp.title),
+                                inline(&rp.title),
                                 esc(e)
                             );
                         }
                     }
                 }
                 if !s.figures.is_empty() {
-                    o.push_str(
-                        "<table><thead><tr><th>figure</th><th>value</th></tr></thead><tbody>",
-                    );
-                    for (k, v) in &s.figures {
-                        let _ = write!(
-                            o,
-                            "<tr><td><code>{}</code></td><td>{}</td></tr>",
-                            esc(k),
-                            fmt_value(*v)
-                        );
-                    }
-                    o.push_str("</tbody></table>\n");
+                    html_table(&mut o, &figures_table(&s.figures));
                 }
             }
             Status::Skipped(why) => {
-                let _ = writeln!(
-                    o,
-                    "<p class=\"skipped\"><strong>Skipped:</strong> {}</p>",
-                    esc(why)
-                );
+                let _ = writeln!(o, "<p><strong>Skipped:</strong> {}</p>", inline(why));
             }
             Status::Failed(err) => {
                 let _ = writeln!(
                     o,
-                    "<p class=\"failed\"><strong>Failed:</strong></p><pre>{}</pre>",
+                    "<p><strong>Failed:</strong></p><pre>{}</pre>",
                     esc(err)
                 );
             }
@@ -438,22 +571,9 @@ pub fn html(doc: &Doc<'_>) -> String {
         let _ = writeln!(
             o,
             "<p class=\"meta\">{} in {:.1} s.</p></section>",
-            r.status.label(),
+            doc.status_of(r),
             r.seconds
         );
-    }
-    let figures = doc.figures();
-    if !figures.is_empty() {
-        o.push_str("<h2>All figures</h2><table><thead><tr><th>figure</th><th>value</th></tr></thead><tbody>");
-        for (k, v) in figures {
-            let _ = write!(
-                o,
-                "<tr><td><code>{}</code></td><td>{}</td></tr>",
-                esc(k),
-                fmt_value(v)
-            );
-        }
-        o.push_str("</tbody></table>\n");
     }
     o.push_str("</body></html>\n");
     o
@@ -495,7 +615,11 @@ mod tests {
     }
 
     #[test]
-    fn html_escapes_and_code_spans() {
-        assert_eq!(para("a <b> `x&y`"), "a &lt;b&gt; <code>x&amp;y</code>");
+    fn html_escapes_and_renders_markdown() {
+        assert_eq!(inline("a <b> `x&y`"), "a &lt;b&gt; <code>x&amp;y</code>");
+        assert_eq!(inline("**bold** and *it*"), "<strong>bold</strong> and <em>it</em>");
+        assert_eq!(para("one"), "<p>one</p>\n");
+        assert!(numeric("1.25") && numeric("12 345") && numeric("-3%") && numeric("2×"));
+        assert!(!numeric("yes") && !numeric("`x`") && !numeric("1.2 MB/s"));
     }
 }
