@@ -35,4 +35,5 @@ pub mod rawudp;
 pub mod relink;
 pub mod report;
 pub mod soak;
+pub mod stats;
 pub mod workload;

@@ -14,6 +14,7 @@ use crate::measure::{
 };
 use crate::rawudp::{raw_pingpong, PingPongConfig};
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
+use crate::stats::{ratio_summary, Summary};
 use phyllo::Connection;
 use std::time::Duration;
 
@@ -103,6 +104,9 @@ impl Experiment for Accel {
             rows: vec![],
         };
         let (mut wall3, mut instr3, mut instr4) = ([f64::NAN; 2], [f64::NAN; 2], [f64::NAN; 2]);
+        // Per stack (SPEC3, SPEC4), accelerated: total CPU per message minus its send and
+        // delivery critical paths, ns — what it does off the critical path.
+        let mut off_path = [f64::NAN; 2];
         let mut instr_note = None;
         for spec in [SPEC3, SPEC4] {
             for (k, on) in [false, true].into_iter().enumerate() {
@@ -124,6 +128,9 @@ impl Experiment for Accel {
                     cell(instr.map(|i| i.deliver)),
                     format!("{total:.0}"),
                 ]);
+                if on {
+                    off_path[usize::from(spec == SPEC4)] = total - (c.send_ns + c.deliver_ns);
+                }
                 if spec == SPEC3 {
                     wall3[k] = c.send_ns + c.deliver_ns;
                     instr3[k] = instr.map_or(f64::NAN, |i| i.send + i.deliver);
@@ -213,84 +220,83 @@ impl Experiment for Accel {
         // keeps the medians' ratio within a few percent between runs on a shared machine
         // (3 × 2000 gave 1.08-1.30 for the same build).
         let (urounds, reps) = if q { (5_000, 5) } else { (20_000, 5) };
-        // Raw UDP and the accelerator alternate in short blocks, and the figure is the
-        // median of the blocks' ratios: the machine's speed drifts by tens of percent over
-        // seconds here (raw round trips of 5.4-8 µs between runs), and a drift between two
-        // long blocks moved the ratio of pooled medians by ±5 %.
+        // Raw UDP and the accelerator alternate in short blocks (an odd number), and the figure
+        // is the median of the blocks' ratios: the machine's speed drifts by tens of percent
+        // over seconds here (raw round trips of 5.4-8 µs between runs), and a drift between
+        // two long blocks moved the ratio of pooled medians by ±5 %.
         let (pairs, block) = if q { (21, 1_000) } else { (41, 2_000) };
         let mut raw = Vec::new();
         let mut on = Vec::new();
         let mut sealed = Vec::new();
-        let mut raw_blocks = Vec::new();
-        let mut block_ratios = Vec::new();
-        let mut sealed_ratios = Vec::new();
+        // Per block: the median round trip of raw UDP, the accelerator on, and on sealed.
+        let (mut raw_blocks, mut on_blocks, mut sealed_blocks) = (vec![], vec![], vec![]);
         for _ in 0..pairs {
             let r = raw_pingpong(&PingPongConfig::new(block, 8))?.samples_ns;
             let o = rtt_udp(SPEC3, true, 8, block, true)?.samples_ns;
             let z = rtt_udp(SPEC4, true, 8, block, true)?.samples_ns;
-            let mr = median(&r);
-            raw_blocks.push(mr);
-            block_ratios.push(median(&o) / mr);
-            sealed_ratios.push(median(&z) / mr);
+            raw_blocks.push(median(&r));
+            on_blocks.push(median(&o));
+            sealed_blocks.push(median(&z));
             raw.extend(r);
             on.extend(o);
             sealed.extend(z);
         }
+        // quinn in rounds (an odd number), each beside the accelerator off and the sealed
+        // stack, busy-polling and blocking in the kernel (quinn waits in epoll: the blocking
+        // one is the like-for-like comparison); ratios to quinn are medians of the rounds'.
         let mut off = Vec::new();
         let mut quinn = Vec::new();
+        let (mut quinn_reps, mut sealed_reps, mut blocking_reps) = (vec![], vec![], vec![]);
         for _ in 0..reps {
             off.extend(rtt_udp(SPEC3, false, 8, urounds, true)?.samples_ns);
-            quinn.extend(phyllo_quinn::quinn_rtt(8, urounds)?);
+            let qr = phyllo_quinn::quinn_rtt(8, urounds)?;
+            quinn_reps.push(median(&qr));
+            quinn.extend(qr);
+            sealed_reps.push(median(&rtt_udp(SPEC4, true, 8, urounds, true)?.samples_ns));
+            blocking_reps.push(median(&rtt_udp(SPEC4, true, 8, urounds, false)?.samples_ns));
         }
         let (mr, mon, moff, msealed) = (median(&raw), median(&on), median(&off), median(&sealed));
         let mq = median(&quinn);
-        // quinn waits in epoll; phyllo's sealed stack blocking in the kernel too, for fairness.
-        let sealed_blocking = median(&rtt_udp(SPEC4, true, 8, urounds, false)?.samples_ns);
-        let paired = median_f(&mut block_ratios);
-        let sealed_paired = median_f(&mut sealed_ratios);
-        let raw_mid = median_f(&mut raw_blocks);
-        let (raw_lo, raw_hi) = (
-            raw_blocks[raw_blocks.len() / 10],
-            raw_blocks[raw_blocks.len() * 9 / 10],
-        );
-        figures.push(("accel.rtt_ratio_vs_raw_udp".into(), paired));
-        figures.push(("accel.sealed_rtt_ratio_vs_raw_udp".into(), sealed_paired));
-        figures.push(("accel.raw_udp_rtt_ns".into(), raw_mid));
+        let sealed_blocking = Summary::of(&blocking_reps);
+        let blocking_vs_quinn = ratio_summary(&blocking_reps, &quinn_reps);
+        let sealed_vs_quinn = ratio_summary(&sealed_reps, &quinn_reps);
+        let paired = ratio_summary(&on_blocks, &raw_blocks);
+        let sealed_paired = ratio_summary(&sealed_blocks, &raw_blocks);
+        let raw_mid = Summary::of(&raw_blocks);
+        figures.push(("accel.rtt_ratio_vs_raw_udp".into(), paired.median));
+        figures.push((
+            "accel.sealed_rtt_ratio_vs_raw_udp".into(),
+            sealed_paired.median,
+        ));
+        figures.push(("accel.raw_udp_rtt_ns".into(), raw_mid.median));
         figures.push(("accel.rtt_ratio_vs_raw_udp_pooled".into(), mon / mr));
-        figures.push(("accel.rtt_ratio_vs_quinn".into(), msealed / mq));
+        figures.push(("accel.rtt_ratio_vs_quinn".into(), sealed_vs_quinn.median));
         let limit = Duration::from_secs(if q { 10 } else { 60 });
         // The median of three runs: one run of a million messages lasts ~0.1 s, and a single
         // such run on a shared 2-core machine varied 7.6-14.8 M msgs/s (quick mode used
         // 300 000 messages, ~30 ms, before).
         let n = if q { 1_000_000 } else { 3_000_000 };
-        let mut runs = (0..3)
-            .map(|_| stream_udp(SPEC3, true, 8, n, limit))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        runs.sort_by(|a, b| a.msgs_per_s().total_cmp(&b.msgs_per_s()));
-        let st_on = runs.swap_remove(1);
-        let mut runs = (0..3)
-            .map(|_| stream_udp(SPEC4, true, 8, n, limit))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        runs.sort_by(|a, b| a.msgs_per_s().total_cmp(&b.msgs_per_s()));
-        let st_sealed = runs.swap_remove(1);
-        figures.push((
-            "accel.sealed_stream_msgs_per_s".into(),
-            st_sealed.msgs_per_s(),
-        ));
+        let stream_runs = 3;
+        let rates = |spec: &str| -> anyhow::Result<Summary> {
+            let v = (0..stream_runs)
+                .map(|_| Ok(stream_udp(spec, true, 8, n, limit)?.msgs_per_s()))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(Summary::of(&v))
+        };
+        let st_on = rates(SPEC3)?;
+        let st_sealed = rates(SPEC4)?;
+        figures.push(("accel.sealed_stream_msgs_per_s".into(), st_sealed.median));
         let st_off = stream_udp(SPEC3, false, 8, n / 10, limit)?;
         let st_quinn = phyllo_quinn::quinn_stream(8, n / 10)?;
-        figures.push(("accel.stream_msgs_per_s".into(), st_on.msgs_per_s()));
+        figures.push(("accel.stream_msgs_per_s".into(), st_on.median));
         let kb = if q { 20_000 } else { 200_000 };
         let bw_on = stream_udp(SPEC3, true, 1024, kb, limit)?;
         let bw_off = stream_udp(SPEC3, false, 1024, kb, limit)?;
         tables.push(Table {
             title: format!(
                 "UDP loopback, busy-poll (raw UDP, accelerator on and on sealed: {pairs} \
-                 alternating blocks of {block} round trips, ratios = medians of the blocks' \
-                 ratios, {paired:.3} and sealed {sealed_paired:.3}; raw UDP's block medians \
-                 {:.2}-{:.2} µs, 10th-90th percentile; others: {reps} × {urounds})",
-                raw_lo / 1e3,
-                raw_hi / 1e3
+                 alternating blocks of {block} round trips; accelerator off and quinn: {reps} \
+                 rounds of {urounds}; medians of all round trips pooled)"
             ),
             headers: [
                 "measure",
@@ -312,7 +318,7 @@ impl Experiment for Accel {
                     format!("{:.2}", mq / 1e3),
                 ],
                 vec![
-                    "ratio to raw UDP".into(),
+                    "ratio of pooled medians to raw UDP's".into(),
                     "1".into(),
                     format!("{:.3}", moff / mr),
                     format!("{:.3}", mon / mr),
@@ -328,11 +334,14 @@ impl Experiment for Accel {
                     format!("{:.0}", 1e9 / mq),
                 ],
                 vec![
-                    "streaming 8 B, msgs/s (accelerator on: median of 3 runs)".into(),
+                    format!(
+                        "streaming 8 B, msgs/s (accelerator on: median of {stream_runs} runs, \
+                         smallest–largest)"
+                    ),
                     "—".into(),
                     format!("{:.0}", st_off.msgs_per_s()),
-                    format!("{:.0}", st_on.msgs_per_s()),
-                    format!("{:.0}", st_sealed.msgs_per_s()),
+                    st_on.cell(0),
+                    st_sealed.cell(0),
                     format!("{st_quinn:.0} (8-byte writes on one stream)"),
                 ],
                 vec![
@@ -347,20 +356,41 @@ impl Experiment for Accel {
         });
 
         // 5. Figure 5: round-trip latency and achieved round trips against the offered rate.
-        let fig5 = knee_sweep(q)?;
+        let fig5 = knee_sweep(
+            q,
+            &Measured {
+                raw: raw_mid.median,
+                round_trips: [moff, mon, msealed],
+                off_path,
+            },
+        )?;
         let fig5_text = fig5.text;
         figures.extend(fig5.figures);
         tables.push(fig5.table);
         plots.extend(fig5.plots);
 
+        let ratios = format!(
+            "Round trips over UDP loopback, each figure the median over rounds with the \
+             smallest and largest round in brackets: `accel.rtt_ratio_vs_raw_udp` = {} and \
+             `accel.sealed_rtt_ratio_vs_raw_udp` = {} (the median of each block's median \
+             round trip over raw UDP's in the same block); raw UDP's round trip \
+             (`accel.raw_udp_rtt_ns`) {} µs; `accel.rtt_ratio_vs_quinn` = {} (the sealed \
+             accelerated stack busy-polling over quinn, round by round).",
+            paired.show(3, "blocks"),
+            sealed_paired.show(3, "blocks"),
+            raw_mid.scaled(1e-3).show(2, "blocks"),
+            sealed_vs_quinn.show(3, "rounds"),
+        );
         let blocking_note = format!(
             "Sealed accelerated stack blocking in the kernel (recvfrom with timeout, like \
-             quinn's epoll wait): median round trip {:.2} µs, {:.3} × quinn's.",
-            sealed_blocking / 1e3,
-            sealed_blocking / mq
+             quinn's epoll wait): median round trip {} µs, {} × quinn's (median of the \
+             rounds' ratios).",
+            sealed_blocking.scaled(1e-3).show(2, "rounds"),
+            blocking_vs_quinn.show(3, "rounds"),
         );
         Ok(Outcome::Done(Section {
             text: vec![
+                ratios,
                 blocking_note,
                 fig5_text,
                 "The unsealed stack is `frag(1400):window(16):checksum`; the sealed one adds \
@@ -375,8 +405,8 @@ impl Experiment for Accel {
                 "quinn runs the same ping-pong on one bidirectional QUIC stream (reliable, \
                  ordered, TLS 1.3 — the service of phyllo's sealed stack), each end on its own \
                  thread; `accel.rtt_ratio_vs_quinn` divides the sealed accelerated stack's median \
-                 by quinn's (busy-polling phyllo against quinn, which waits in epoll; phyllo's \
-                 sealed stack waiting in the kernel as well: see the text below the table). \
+                 by quinn's, round by round (busy-polling phyllo against quinn, which waits in \
+                 epoll; phyllo's sealed stack waiting in the kernel as well: see above). \
                  quinn's streaming row is a byte stream of 8-byte writes, which \
                  quinn coalesces into packets as phyllo's packing does."
                     .into(),
@@ -388,10 +418,14 @@ impl Experiment for Accel {
     }
 }
 
-/// The median of `v` (sorted in place); NaN if empty.
-fn median_f(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+/// What the earlier parts measured, for the Figure 5 text.
+struct Measured {
+    /// Raw UDP's round trip, ns (median of the blocks).
+    raw: f64,
+    /// Median round trips, ns: accelerator off, on, on sealed (busy-poll).
+    round_trips: [f64; 3],
+    /// Accelerated, unsealed and sealed: total CPU per message minus its critical paths, ns.
+    off_path: [f64; 2],
 }
 
 /// What the Figure 5 sweep produced.
@@ -411,12 +445,13 @@ const KEEPS_UP: f64 = 0.95;
 /// the highest offered rate it still keeps up with (achieved ≥ 95 % of offered); beyond it
 /// the next round trip cannot start on time, because the last one — with all the processing
 /// that could not be deferred — is not done.
-fn knee_sweep(quick: bool) -> anyhow::Result<KneeSweep> {
+fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
     // Offered round trips per second: sparse at low rates, 10 k/s steps (20 k/s quick)
     // through the region where a ~6-10 µs round trip saturates.
     let mut rates = vec![1_000.0, 5_000.0, 20_000.0];
     let step = if quick { 20_000.0 } else { 10_000.0 };
-    let mut r = 40_000.0;
+    let stepped_from = 40_000.0;
+    let mut r = stepped_from;
     while r <= 260_000.0 {
         rates.push(r);
         r += step;
@@ -505,6 +540,64 @@ fn knee_sweep(quick: bool) -> anyhow::Result<KneeSweep> {
     let sat = |k: usize| saturation(&achieved[k]);
     figures.push(("accel.saturation_rate_ratio".into(), sat(3) / sat(2)));
     figures.push(("accel.saturation_rate_ratio_plain".into(), sat(1) / sat(0)));
+    // Steps of the sweep from the layered stack's knee to the accelerated one's (positive:
+    // the accelerated knee is higher).
+    let index = |rate: f64| rates.iter().position(|&r| r == rate);
+    let steps = |layered: usize, accelerated: usize| match (
+        index(knees[layered]),
+        index(knees[accelerated]),
+    ) {
+        (Some(l), Some(a)) => {
+            let d = a as i64 - l as i64;
+            match d {
+                0 => "the same".to_string(),
+                _ => format!(
+                    "{} step{} {}",
+                    d.abs(),
+                    if d.abs() == 1 { "" } else { "s" },
+                    if d > 0 { "higher" } else { "lower" }
+                ),
+            }
+        }
+        _ => "not comparable (a variant kept up with no offered rate)".to_string(),
+    };
+    let at_first = |k: usize| latency[k].points.first().map_or(f64::NAN, |p| p.1);
+    let us = |ns: f64| ns / 1e3;
+    let [moff, mon, msealed] = m.round_trips;
+    let (rt_lo, rt_hi) = (moff.min(mon).min(msealed), moff.max(mon).max(msealed));
+    let text = format!(
+        "Figure 5: in the seed, post-processing (~430 µs) outlasted the round trip (~170 µs), \
+         so deferring it set the knee. Here a round trip over loopback is {:.2}-{:.2} µs (the \
+         medians above, busy-poll), most of it the kernel's (raw UDP alone {:.2} µs), and \
+         what the accelerated stack does off the critical path is {:.0} ns per message \
+         unsealed, {:.0} ns sealed (total CPU per message minus the two critical paths, \
+         table above). The accelerated stack's knee against the layered one's, in steps of \
+         the sweep ({} offered rates, {:.0} k/s apart from {:.0} k/s up): plain {}, sealed \
+         {}; the most round trips each achieves, accelerated over layered: {:.3} (plain) and \
+         {:.3} (sealed). At {:.0} k/s the accelerated stack's median round trip \
+         is {:.2} µs against the layered one's {:.2} µs (plain; sealed {:.2} against {:.2}). \
+         The accelerated stack's deferred work falls due {} µs \
+         (`phyllo::accel::DEFERRED_GRACE`) after the operation that left it, and the driver \
+         runs it when a receive finds nothing, off the next round trip.",
+        us(rt_lo),
+        us(rt_hi),
+        us(m.raw),
+        m.off_path[0],
+        m.off_path[1],
+        rates.len(),
+        step / 1e3,
+        stepped_from / 1e3,
+        steps(0, 1),
+        steps(2, 3),
+        sat(1) / sat(0),
+        sat(3) / sat(2),
+        rates[0] / 1e3,
+        at_first(1),
+        at_first(0),
+        at_first(3),
+        at_first(2),
+        phyllo::accel::DEFERRED_GRACE.as_micros(),
+    );
     let plots = vec![
         Plot {
             id: "accel_fig5".into(),
@@ -524,16 +617,6 @@ fn knee_sweep(quick: bool) -> anyhow::Result<KneeSweep> {
             ..Plot::default()
         },
     ];
-    let text = "Figure 5: in the seed, post-processing (~430 µs) outlasted the round trip \
-        (~170 µs), so deferring it set the knee. Here a round trip over loopback is ~6-9 µs, \
-        most of it the kernel's (raw UDP alone ~4.5 µs), and the post-processing the \
-        accelerator defers is a few hundred instructions: the knees of the layered and the \
-        accelerated stack lie within one step of the sweep, and the most round trips each \
-        achieves differ by the protocol's share of the round trip. At low rates the \
-        accelerated stack is not slower than the layered one (median at 1 k/s in the \
-        table): its deferred work falls due 10 µs after the operation that left it, and the \
-        driver runs it when a receive finds nothing, off the next round trip."
-        .to_string();
     Ok(KneeSweep {
         text,
         figures,

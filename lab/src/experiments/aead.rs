@@ -200,7 +200,7 @@ fn integration_bound(
 fn memcpy_ns(size: usize, blocks: usize, per_block: usize) -> f64 {
     let src = vec![0x42u8; size];
     let mut dst = vec![vec![0u8; size]; per_block.min(64)];
-    let mut v: Vec<f64> = (0..blocks)
+    let v: Vec<f64> = (0..blocks)
         .map(|_| {
             let t0 = std::time::Instant::now();
             for i in 0..per_block {
@@ -211,6 +211,5 @@ fn memcpy_ns(size: usize, blocks: usize, per_block: usize) -> f64 {
             t0.elapsed().as_nanos() as f64 / per_block as f64
         })
         .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    crate::stats::median(&v)
 }

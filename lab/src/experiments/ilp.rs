@@ -3,13 +3,15 @@
 //!
 //! In-process (`crate::ilp`): a reply of each size is marshalled, encrypted (the seed's toy
 //! cipher, or none), checksummed and copied into a packet, and received back, by each
-//! execution. Rounds interleave every variant and memcpy of the same size; each figure is the
-//! median over rounds, so the ratios compare measurements taken side by side.
+//! execution. Rounds (an odd number) interleave every variant and memcpy of the same size; each
+//! time is the median over rounds, and each ratio the median of the rounds' ratios
+//! ([`crate::stats`]), so a ratio compares measurements taken side by side.
 
 use crate::ilp::xdr::Reply;
 use crate::ilp::{receive, send, ChaCha, Execution, Plain, UnitCipher};
 use crate::ilp_cmd::CHACHA_KEY;
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
+use crate::stats::{median, ratio_summary, Summary};
 use anyhow::Result;
 use phyllo_analyze::cache::HierarchyConfig;
 use phyllo_analyze::capture::{callgrind, have_valgrind, Workload};
@@ -31,13 +33,18 @@ fn per_call(iters: u32, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_nanos() as f64 / iters as f64
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// Nanoseconds per packet of each round.
+struct Rounds {
+    /// Send, per execution (layered, integrated, blocked).
+    send: [Vec<f64>; 3],
+    /// Receive, per execution.
+    receive: [Vec<f64>; 3],
+    /// The baseline: memcpy, or the cipher alone over the same bytes.
+    base: Vec<f64>,
 }
 
-/// Median send and receive ns per packet of `size` bytes for each execution, and the
-/// baseline's (memcpy, or the cipher alone over the same bytes).
+/// Send and receive ns per packet of `size` bytes for each execution, and the baseline's
+/// (memcpy, or the cipher alone over the same bytes), per round.
 /// `cipher` makes the cipher of one packet: a real one is keyed per packet (a fresh nonce),
 /// so its set-up is part of each packet's cost, and no keystream carries over.
 fn measure<C: UnitCipher>(
@@ -46,7 +53,7 @@ fn measure<C: UnitCipher>(
     rounds: usize,
     bytes_per_variant: usize,
     chacha_alone: bool,
-) -> ([(f64, f64); 3], f64) {
+) -> Rounds {
     let data = crate::ilp_cmd::payload(size);
     let r = Reply {
         xid: 1,
@@ -59,19 +66,22 @@ fn measure<C: UnitCipher>(
     let mut out = Vec::with_capacity(packet.len());
     let mut got = Vec::with_capacity(size);
     let mut dst = vec![0u8; size];
-    let mut samples = vec![(Vec::new(), Vec::new()); 3];
-    let mut copies = Vec::new();
+    let mut m = Rounds {
+        send: Default::default(),
+        receive: Default::default(),
+        base: Vec::new(),
+    };
     for _ in 0..rounds {
         for (i, e) in Execution::ALL.into_iter().enumerate() {
-            samples[i].0.push(per_call(iters, || {
+            m.send[i].push(per_call(iters, || {
                 send(e, &mut cipher(), black_box(&r), &mut out);
                 black_box(&out);
             }));
-            samples[i].1.push(per_call(iters, || {
+            m.receive[i].push(per_call(iters, || {
                 let _ = black_box(receive(e, &mut cipher(), black_box(&packet), &mut got));
             }));
         }
-        copies.push(if chacha_alone {
+        m.base.push(if chacha_alone {
             per_call(iters, || {
                 ChaCha::new(&CHACHA_KEY.0, &CHACHA_KEY.1).apply_at(0, black_box(&mut dst));
             })
@@ -82,11 +92,7 @@ fn measure<C: UnitCipher>(
             })
         });
     }
-    let mut res = [(0.0, 0.0); 3];
-    for (i, (s, r)) in samples.iter_mut().enumerate() {
-        res[i] = (median(s), median(r));
-    }
-    (res, median(&mut copies))
+    m
 }
 
 /// Data reads and writes per payload byte of one packet's work (callgrind with the seed-003
@@ -150,10 +156,12 @@ impl Experiment for Ilp {
             ..Plot::default()
         };
         let names = ["layered", "integrated", "blocked"];
+        let mut headlines: Vec<(&str, usize, Summary)> = Vec::new();
         for cname in ["toy", "chacha20", "plain"] {
             let mut table = Table {
                 title: format!(
-                    "{}: µs per packet (median of {rounds} interleaved rounds) and MB/s of payload",
+                    "{}: µs per packet (median of {rounds} interleaved rounds), ratios (median of \
+                     the rounds' ratios, smallest–largest) and MB/s of payload",
                     match cname {
                         "plain" => "No cipher (marshal, checksum, copy)",
                         "chacha20" => "ChaCha20 (baseline: ChaCha20 alone over the payload)",
@@ -189,7 +197,7 @@ impl Experiment for Ilp {
                 points: vec![],
             };
             for size in SIZES {
-                let (t, copy) = match cname {
+                let m = match cname {
                     "plain" => measure(|| Plain, size, rounds, budget, false),
                     "chacha20" => measure(
                         || ChaCha::new(&CHACHA_KEY.0, &CHACHA_KEY.1),
@@ -200,8 +208,12 @@ impl Experiment for Ilp {
                     ),
                     _ => measure(|| toy, size, rounds, budget, false),
                 };
+                let t: [(f64, f64); 3] =
+                    std::array::from_fn(|i| (median(&m.send[i]), median(&m.receive[i])));
+                let copy = median(&m.base);
                 let mbs = |ns: f64| size as f64 / ns * 1e3;
-                let (sr, rr) = (t[1].0 / t[0].0, t[1].1 / t[0].1);
+                let sr = ratio_summary(&m.send[1], &m.send[0]);
+                let rr = ratio_summary(&m.receive[1], &m.receive[0]);
                 table.rows.push(vec![
                     size.to_string(),
                     format!("{:.2}", t[0].0 / 1e3),
@@ -210,17 +222,23 @@ impl Experiment for Ilp {
                     format!("{:.2}", t[1].1 / 1e3),
                     format!("{:.2}", t[2].0 / 1e3),
                     format!("{:.2}", t[2].1 / 1e3),
-                    format!("{sr:.2}"),
-                    format!("{rr:.2}"),
+                    sr.cell(2),
+                    rr.cell(2),
                     format!("{:.0}", mbs(t[1].0)),
                     format!("{:.0}", mbs(copy)),
                 ]);
                 let key = format!("ilp.{cname}");
-                figures.push((format!("{key}.integrated_vs_layered_send.{size}"), sr));
-                figures.push((format!("{key}.integrated_vs_layered_receive.{size}"), rr));
+                figures.push((
+                    format!("{key}.integrated_vs_layered_send.{size}"),
+                    sr.median,
+                ));
+                figures.push((
+                    format!("{key}.integrated_vs_layered_receive.{size}"),
+                    rr.median,
+                ));
                 figures.push((
                     format!("{key}.blocked_vs_layered_send.{size}"),
-                    t[2].0 / t[0].0,
+                    ratio_summary(&m.send[2], &m.send[0]).median,
                 ));
                 let vs = if cname == "chacha20" {
                     "integrated_send_vs_chacha20_alone"
@@ -228,21 +246,28 @@ impl Experiment for Ilp {
                     "integrated_send_fraction_of_memcpy"
                 };
                 let v = if cname == "chacha20" {
-                    t[1].0 / copy
+                    ratio_summary(&m.send[1], &m.base)
                 } else {
-                    copy / t[1].0
+                    ratio_summary(&m.base, &m.send[1])
                 };
-                figures.push((format!("{key}.{vs}.{size}"), v));
+                figures.push((format!("{key}.{vs}.{size}"), v.median));
                 // The issue's headline figures, as bandwidth ratios or speed-ups (above 1 is
-                // the integrated path ahead).
-                match (cname, size) {
-                    ("plain", 16_384) => figures.push(("ilp.integrated_vs_memcpy".into(), v)),
-                    ("chacha20", 16_384) => figures.push((
-                        "ilp.chacha_integrated_vs_cipher_alone".into(),
-                        copy / t[1].0,
+                // the integrated path ahead), each the median of the rounds' ratios.
+                let headline = match (cname, size) {
+                    ("plain", 16_384) => Some(("ilp.integrated_vs_memcpy", v)),
+                    ("chacha20", 16_384) => Some((
+                        "ilp.chacha_integrated_vs_cipher_alone",
+                        ratio_summary(&m.base, &m.send[1]),
                     )),
-                    ("toy", 1024) => figures.push(("ilp.integrated_vs_layered".into(), 1.0 / sr)),
-                    _ => {}
+                    ("toy", 1024) => Some((
+                        "ilp.integrated_vs_layered",
+                        ratio_summary(&m.send[0], &m.send[1]),
+                    )),
+                    _ => None,
+                };
+                if let Some((name, s)) = headline {
+                    figures.push((name.into(), s.median));
+                    headlines.push((name, size, s));
                 }
                 if cname == "toy" {
                     for (i, s) in series.iter_mut().enumerate() {
@@ -335,6 +360,18 @@ impl Experiment for Ilp {
                  on a SPARCstation 10/20 and 8-13 % on an Alpha, and up to 30 % fewer memory \
                  accesses."
                     .into(),
+                format!(
+                    "Headline ratios (median of the {rounds} rounds' ratios, smallest–largest \
+                     round in brackets; above 1 the integrated path is ahead): {}.",
+                    headlines
+                        .iter()
+                        .map(|(name, size, s)| format!(
+                            "`{name}` ({size} B) = {}",
+                            s.show(2, "rounds")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
             ]
             .into_iter()
             .chain(text_extra)

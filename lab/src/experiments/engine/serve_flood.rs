@@ -2,6 +2,7 @@
 //! an established file transfer and newcomers under a flood of replayed initiations.
 
 use crate::report::{Section, Table};
+use crate::stats::{median, Summary};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -9,11 +10,12 @@ use std::time::{Duration, Instant};
 
 /// `phyllo serve` under a flood of garbage and replayed initiations, on the engine and off:
 /// the established session's echo rate with the flood over without it; then a file transfer
-/// and newcomers under a flood of replayed initiations ([`transfer_runs`]).
-pub(super) fn run(quick: bool, out: &mut Section) -> Result<()> {
+/// and newcomers under a flood of replayed initiations ([`transfer_runs`]). Returns the
+/// transfer's goodput ratio over its rounds, if it ran.
+pub(super) fn run(quick: bool, out: &mut Section) -> Result<Option<Summary>> {
     use phyllo::session::StaticKey;
     let Some(exe) = super::super::phyllo_exe() else {
-        return Ok(());
+        return Ok(None);
     };
     let dir = std::env::temp_dir().join(format!("phyllo-engine-exp-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -29,7 +31,8 @@ pub(super) fn run(quick: bool, out: &mut Section) -> Result<()> {
         let _ = crate::forward::pin_current_thread(&[0]);
     }
     let result = serve_flood_runs(span, two, &sk, &ck, &dir, out)
-        .and_then(|()| transfer_runs(quick, two, &exe, &dir, out));
+        .and_then(|()| transfer_runs(quick, two, &exe, &dir, out))
+        .map(Some);
     if two {
         let _ = crate::forward::pin_current_thread(&[]);
     }
@@ -211,8 +214,14 @@ const NEWCOMERS: usize = 6;
 /// An established file transfer and newcomers under a flood of replayed initiations: per round
 /// a fresh `phyllo serve` child allowing 8 keys, one transfer of a file without the flood and
 /// one with it (which goes first alternates), and in the flooded phase, after the transfer,
-/// [`NEWCOMERS`] clients connecting at once.
-fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Section) -> Result<()> {
+/// [`NEWCOMERS`] clients connecting at once. Returns the summary of the rounds' goodput ratios.
+fn transfer_runs(
+    quick: bool,
+    two: bool,
+    exe: &Path,
+    dir: &Path,
+    out: &mut Section,
+) -> Result<Summary> {
     use phyllo::session::StaticKey;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -303,7 +312,7 @@ fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Secti
         Ok((got, secs, why))
     };
 
-    let rounds = if quick { 3 } else { 5 };
+    let rounds = transfer_rounds(quick);
     let mut table = Table {
         title: format!(
             "An established transfer ({} MiB, `phyllo connect --accel --file`) and {NEWCOMERS} \
@@ -396,22 +405,19 @@ fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Secti
             format!("{rate:.0}"),
         ]);
     }
-    let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
-        (lo.min(r), hi.max(r))
-    });
-    let ratio = median(&mut ratios);
-    let rate = median(&mut rates);
+    let ratio = Summary::of(&ratios);
+    let rate = median(&rates);
     table.rows.push(vec![
         "median (ratio: min–max; newcomers: fewest; seconds: most)".into(),
-        format!("{:.0}", median(&mut quiets)),
-        format!("{:.0}", median(&mut floodeds)),
-        format!("{ratio:.2} ({lo:.2}–{hi:.2})"),
+        format!("{:.0}", median(&quiets)),
+        format!("{:.0}", median(&floodeds)),
+        ratio.cell(2),
         format!("{fewest}"),
         format!("{slowest:.1}"),
         format!("{rate:.0}"),
     ]);
     out.figures
-        .push(("serve.flood_transfer_goodput_ratio".into(), ratio));
+        .push(("serve.flood_transfer_goodput_ratio".into(), ratio.median));
     out.figures
         .push(("serve.flood_newcomers_min".into(), fewest as f64));
     out.figures
@@ -429,7 +435,16 @@ fn transfer_runs(quick: bool, two: bool, exe: &Path, dir: &Path, out: &mut Secti
         );
     }
     out.tables.push(table);
-    Ok(())
+    Ok(ratio)
+}
+
+/// Rounds of [`transfer_runs`]: odd, so that each median is one round's.
+pub(super) fn transfer_rounds(quick: bool) -> usize {
+    if quick {
+        3
+    } else {
+        5
+    }
 }
 
 /// An initiation of `key`'s to the server `(public, addr)`, as it would leave the client.
@@ -452,12 +467,6 @@ fn recorded_initiation(
         .poll_transmit(&mut d)
         .context("no initiation to record")?;
     Ok(d)
-}
-
-/// The middle of `v` (sorted in place; the upper middle of an even count; 0 if empty).
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// How a child of [`Children`] ended.
