@@ -46,18 +46,31 @@ fn the_report_renders_from_fixed_results_with_goals_links_and_plots() {
     assert!(html.contains("name=\"viewport\""));
 
     // Markdown is rendered everywhere: none of its markers outside code and plots.
-    let prose = without(&without(&without(&html, "<code>", "</code>"), "<pre>", "</pre>"), "<svg", "</svg>");
+    let prose = without(
+        &without(&without(&html, "<code>", "</code>"), "<pre>", "</pre>"),
+        "<svg",
+        "</svg>",
+    );
     for marker in ["**", "`", "](", "\n## "] {
-        assert!(!prose.contains(marker), "raw markdown {marker:?} in the HTML");
+        assert!(
+            !prose.contains(marker),
+            "raw markdown {marker:?} in the HTML"
+        );
     }
 
     // Every link inside the page finds its target; every plot file exists.
     let ids: HashSet<&str> = attrs(&html, "id").into_iter().collect();
     for href in attrs(&html, "href") {
         if let Some(anchor) = href.strip_prefix('#') {
-            assert!(ids.contains(anchor), "a link to #{anchor}, which is not on the page");
+            assert!(
+                ids.contains(anchor),
+                "a link to #{anchor}, which is not on the page"
+            );
         } else if href.ends_with(".svg") {
-            assert!(out.join(href).is_file(), "a plot file {href} that was not written");
+            assert!(
+                out.join(href).is_file(),
+                "a plot file {href} that was not written"
+            );
         }
     }
 
@@ -69,14 +82,20 @@ fn the_report_renders_from_fixed_results_with_goals_links_and_plots() {
     let goals = results["goals"].as_object().expect("a goals object");
     assert!(!goals.is_empty());
     for (figure, goal) in goals {
-        assert!(top.contains(figure.as_str()), "{figure} is not in the summary");
+        assert!(
+            top.contains(figure.as_str()),
+            "{figure} is not in the summary"
+        );
         assert!(
             matches!(goal["direction"].as_str(), Some("at_least" | "at_most")),
             "{figure}: {goal}"
         );
         assert!(goal["target"].is_number(), "{figure}: {goal}");
         // Measured in the fixture's run: a goal never names a figure nobody makes.
-        assert!(goal["met"].is_boolean(), "{figure} was not measured: {goal}");
+        assert!(
+            goal["met"].is_boolean(),
+            "{figure} was not measured: {goal}"
+        );
     }
     let marks = top.matches("✓ met").count() + top.matches("✗ missed").count();
     assert_eq!(marks, goals.len(), "one mark per headline figure");

@@ -441,8 +441,8 @@ fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
 pub fn rerender(results: &Path, out: &Path) -> anyhow::Result<Summary> {
     let text = std::fs::read_to_string(results)
         .with_context(|| format!("cannot read {}", results.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not JSON", results.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", results.display()))?;
     let machine: Machine =
         serde_json::from_value(v["machine"].clone()).context("results.json: `machine`")?;
     let records = v["experiments"]

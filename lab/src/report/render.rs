@@ -305,7 +305,9 @@ fn headline_table(doc: &Doc<'_>) -> Table {
 fn contents_table(doc: &Doc<'_>) -> Table {
     Table {
         title: "Contents".into(),
-        headers: ["experiment", "status", "seconds"].map(String::from).to_vec(),
+        headers: ["experiment", "status", "seconds"]
+            .map(String::from)
+            .to_vec(),
         rows: doc
             .records
             .iter()
@@ -324,7 +326,9 @@ fn contents_table(doc: &Doc<'_>) -> Table {
 fn figures_table(figures: &[(String, f64)]) -> Table {
     Table {
         title: "Figures".into(),
-        headers: ["figure", "value", "goal", "mark"].map(String::from).to_vec(),
+        headers: ["figure", "value", "goal", "mark"]
+            .map(String::from)
+            .to_vec(),
         rows: figures
             .iter()
             .map(|(k, v)| {
@@ -416,11 +420,12 @@ pub fn esc(s: &str) -> String {
 /// escaped, not passed through.
 fn md_html(s: &str) -> String {
     use pulldown_cmark::{Event, Options, Parser};
-    let parser = Parser::new_ext(s, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH)
-        .map(|e| match e {
+    let parser = Parser::new_ext(s, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH).map(
+        |e| match e {
             Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
             e => e,
-        });
+        },
+    );
     let mut o = String::new();
     pulldown_cmark::html::push_html(&mut o, parser);
     o
@@ -446,8 +451,11 @@ fn inline(s: &str) -> String {
 fn numeric(s: &str) -> bool {
     let t = s.trim().trim_end_matches(['%', '×', 'x']).trim();
     !t.is_empty()
-        && t.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '−')
-        && t.chars().all(|c| c.is_ascii_digit() || ".,-−+e ".contains(c))
+        && t.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '−')
+        && t.chars()
+            .all(|c| c.is_ascii_digit() || ".,-−+e ".contains(c))
 }
 
 fn html_table(o: &mut String, t: &Table) {
@@ -561,11 +569,7 @@ pub fn html(doc: &Doc<'_>) -> String {
                 let _ = writeln!(o, "<p><strong>Skipped:</strong> {}</p>", inline(why));
             }
             Status::Failed(err) => {
-                let _ = writeln!(
-                    o,
-                    "<p><strong>Failed:</strong></p><pre>{}</pre>",
-                    esc(err)
-                );
+                let _ = writeln!(o, "<p><strong>Failed:</strong></p><pre>{}</pre>", esc(err));
             }
         }
         let _ = writeln!(
@@ -617,7 +621,10 @@ mod tests {
     #[test]
     fn html_escapes_and_renders_markdown() {
         assert_eq!(inline("a <b> `x&y`"), "a &lt;b&gt; <code>x&amp;y</code>");
-        assert_eq!(inline("**bold** and *it*"), "<strong>bold</strong> and <em>it</em>");
+        assert_eq!(
+            inline("**bold** and *it*"),
+            "<strong>bold</strong> and <em>it</em>"
+        );
         assert_eq!(para("one"), "<p>one</p>\n");
         assert!(numeric("1.25") && numeric("12 345") && numeric("-3%") && numeric("2×"));
         assert!(!numeric("yes") && !numeric("`x`") && !numeric("1.2 MB/s"));
