@@ -598,22 +598,43 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
         at_first(2),
         phyllo::accel::DEFERRED_GRACE.as_micros(),
     );
+    // Each variant's knee as a point of its own on the latency plot, and the diagonal (all
+    // that is offered, achieved) on the other.
+    let knee_marks: Vec<Series> = variants
+        .iter()
+        .enumerate()
+        .map(|(k, v)| Series {
+            name: format!("knee: {} {}", v.0, if v.2 { "accelerated" } else { "layered" }),
+            points: latency[k]
+                .points
+                .iter()
+                .filter(|p| p.0 == knees[k])
+                .copied()
+                .collect(),
+        })
+        .collect();
+    let diagonal = Series {
+        name: "offered (achieved = offered)".into(),
+        points: rates.iter().map(|&r| (r, r)).collect(),
+    };
     let plots = vec![
         Plot {
             id: "accel_fig5".into(),
-            title: "Round-trip latency vs offered round trips per second (seed 004 Fig. 5)".into(),
+            title: "Round-trip latency vs offered round trips per second, knees marked (seed 004 Fig. 5)".into(),
             x_label: "offered round trips / s".into(),
             y_label: "median round trip (µs)".into(),
             log_x: true,
-            series: latency,
-            ..Plot::default()
+            // A round trip that the scheduler delayed (milliseconds among microseconds) would
+            // flatten every other point on a linear axis.
+            log_y: true,
+            series: latency.into_iter().chain(knee_marks).collect(),
         },
         Plot {
             id: "accel_fig5_achieved".into(),
             title: "Achieved vs offered round trips per second: each line leaves the diagonal at its knee".into(),
             x_label: "offered round trips / s".into(),
             y_label: "achieved round trips / s".into(),
-            series: achieved,
+            series: std::iter::once(diagonal).chain(achieved).collect(),
             ..Plot::default()
         },
     ];
