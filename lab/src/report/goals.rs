@@ -50,7 +50,11 @@ impl Goal {
             Direction::AtLeast => "≥",
             Direction::AtMost => "≤",
         };
-        let target = super::render::fmt_value(self.target);
+        let target = if self.target.abs() >= 1e6 {
+            format!("{}M", self.target / 1e6)
+        } else {
+            format!("{}", self.target)
+        };
         match self.unit {
             "ratio" | "count" => format!("{op} {target}"),
             unit => format!("{op} {target} {unit}"),
@@ -169,6 +173,7 @@ mod tests {
         let g = goal("accel.fast_path_hit_ratio").unwrap();
         assert!(g.met(0.995) && !g.met(0.98));
         assert_eq!(g.text(), "≥ 0.99");
+        assert_eq!(goal("accel.stream_msgs_per_s").unwrap().text(), "≥ 10M msg/s");
         assert_eq!(
             goal("serve.bytes_per_idle_session").unwrap().text(),
             "≤ 8192 B"
