@@ -74,8 +74,9 @@ pub struct ServeArgs {
 /// What the server holds for one peer.
 #[derive(Default)]
 struct Peer {
-    /// The transfer being received.
-    transfer: Option<Incoming>,
+    /// The transfer being received (boxed: most peers of a busy server are idle, and the
+    /// server keeps one of these per peer).
+    transfer: Option<Box<Incoming>>,
     /// The last transfer was refused: its data is dropped without more answers until the
     /// next offer.
     refused: bool,
@@ -234,7 +235,7 @@ fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) ->
                         "receiving"
                     );
                     let have = t.have();
-                    st.transfer = Some(*t);
+                    st.transfer = Some(t);
                     Some(Message::Accept { id, have }.encode())
                 }
                 Ok(Taken::Held(stored)) => {
