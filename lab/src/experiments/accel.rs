@@ -604,7 +604,11 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
         .iter()
         .enumerate()
         .map(|(k, v)| Series {
-            name: format!("knee: {} {}", v.0, if v.2 { "accelerated" } else { "layered" }),
+            name: format!(
+                "knee: {} {}",
+                v.0,
+                if v.2 { "accelerated" } else { "layered" }
+            ),
             points: latency[k]
                 .points
                 .iter()
@@ -628,6 +632,14 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
             // flatten every other point on a linear axis.
             log_y: true,
             series: latency.into_iter().chain(knee_marks).collect(),
+            caption: "Lower is better; each variant's knee (the highest offered rate it keeps up \
+                      with, read off the achieved-vs-offered plot) is marked. Up to its knee a \
+                      line should stay near its idle round trip, and the accelerated lines' \
+                      knees should lie further right than the layered ones' of the same stack, \
+                      because deferred post-processing no longer delays the next round trip. \
+                      The y axis is logarithmic so that one round trip the scheduler delayed \
+                      does not flatten the rest."
+                .into(),
         },
         Plot {
             id: "accel_fig5_achieved".into(),
@@ -635,6 +647,12 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
             x_label: "offered round trips / s".into(),
             y_label: "achieved round trips / s".into(),
             series: std::iter::once(diagonal).chain(achieved).collect(),
+            caption: "Each line leaves the diagonal at its knee; the accelerated lines should \
+                      leave it further right than the layered ones of the same stack \
+                      (`accel.knee_rate_ratio`, `accel.knee_rate_ratio_plain`). Past its knee, \
+                      the height where a line levels off is the most round trips that variant \
+                      achieves (`accel.saturation_rate_ratio`)."
+                .into(),
             ..Plot::default()
         },
     ];

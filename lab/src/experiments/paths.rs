@@ -135,7 +135,7 @@ fn instructions(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section
 
 /// Seed Table 2: round-trip time per version (measured), both stacks, memlink and UDP.
 fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
-    let runs = if quick { 3 } else { 10 };
+    let runs = if quick { 3 } else { 11 };
     for udp in [false, true] {
         let rounds = match (quick, udp) {
             (true, false) => 3000,
@@ -145,8 +145,9 @@ fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
         };
         let mut table = Table {
             title: format!(
-                "Seed Table 2: round-trip time over {} (measured; mean ± sd of {runs} runs of \
-                 {rounds} round trips, runs of the versions interleaved)",
+                "Seed Table 2: round-trip time over {} (measured; median (min–max) of {runs} \
+                 runs' mean round trips, {rounds} round trips a run, runs of the versions \
+                 interleaved)",
                 if udp { "UDP loopback" } else { "memlink" }
             ),
             headers: [
@@ -179,17 +180,23 @@ fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
                 }
             }
         }
-        let stat = |k: usize, c: usize| mean_sd(&means[k][c]);
+        let stat = |k: usize, c: usize| {
+            let v: Vec<f64> = means[k][c].iter().map(|&m| m as f64).collect();
+            crate::stats::Summary::of(&v)
+        };
         for v in Version::ALL {
             let c = CODE.iter().position(|x| *x == v);
             let mut row = vec![v.name().to_string()];
             for k in 0..2 {
                 match c {
                     Some(c) => {
-                        let (m, sd) = stat(k, c);
-                        let best = stat(k, 2).0;
-                        row.push(format!("{m:.0} ± {sd:.0}"));
-                        row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                        let s = stat(k, c);
+                        let best = stat(k, 2).median;
+                        row.push(format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max));
+                        row.push(format!(
+                            "{:+.1} %",
+                            100.0 * (s.median / best.max(1.0) - 1.0)
+                        ));
                     }
                     None => {
                         row.push("layout of OUT/PIN (modelled below)".into());
@@ -279,7 +286,7 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
     let (packets, rounds, runs) = if quick {
         (1_000_000, 3000, 3)
     } else {
-        (10_000_000, 30_000, 10)
+        (10_000_000, 30_000, 11)
     };
     let mut table = Table {
         title: "The path classifier (ALL's code): its own cost per datagram, and round trips \
@@ -322,8 +329,8 @@ fn classifier(quick: bool, sec: &mut Section) -> Result<()> {
         };
         let (ns, p, w) = (
             cost.ns,
-            mean_sd_f(&cost.plain).0,
-            mean_sd_f(&cost.classified).0,
+            crate::stats::Summary::of(&cost.plain).median,
+            crate::stats::Summary::of(&cost.classified).median,
         );
         if kind == StackKind::Tall {
             sec.figures
@@ -653,8 +660,8 @@ fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
     let mut table = Table {
         title: format!(
             "Seed Table 4's T_p (measured): ns of protocol processing per round trip, both ends, \
-             datagrams handed over directly; mean ± sd of {runs} runs of {rounds}, each version \
-             in its own process, runs interleaved"
+             datagrams handed over directly; median (min–max) of {runs} runs of {rounds}, each \
+             version in its own process, runs interleaved"
         ),
         headers: [
             "version",
@@ -696,17 +703,25 @@ fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let stat = |k: usize, v: Version| per[k].iter().find(|x| x.0 == v).map(|x| mean_sd_f(&x.2));
+    let stat = |k: usize, v: Version| {
+        per[k]
+            .iter()
+            .find(|x| x.0 == v)
+            .map(|x| crate::stats::Summary::of(&x.2))
+    };
     for v in Version::ALL {
         let mut row = vec![v.name().to_string()];
         for k in 0..2 {
             let best = stat(k, Version::All)
                 .or(stat(k, Version::Pin))
-                .map_or(1.0, |x| x.0);
+                .map_or(1.0, |x| x.median);
             match stat(k, v) {
-                Some((m, sd)) => {
-                    row.push(format!("{m:.0} ± {sd:.0}"));
-                    row.push(format!("{:+.1} %", 100.0 * (m / best.max(1.0) - 1.0)));
+                Some(s) => {
+                    row.push(format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max));
+                    row.push(format!(
+                        "{:+.1} %",
+                        100.0 * (s.median / best.max(1.0) - 1.0)
+                    ));
                 }
                 None => {
                     row.push(match v {
@@ -721,12 +736,4 @@ fn processing_times(quick: bool, sec: &mut Section) -> Result<()> {
     }
     sec.tables.push(table);
     Ok(())
-}
-
-/// Mean and sample standard deviation.
-fn mean_sd_f(v: &[f64]) -> (f64, f64) {
-    let n = v.len().max(1) as f64;
-    let m = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    (m, var.sqrt())
 }

@@ -134,6 +134,11 @@ impl Experiment for RawUdp {
                 log_x: true,
                 log_y: false,
                 series: vec![median, p99],
+                caption: "Lower is better. Where `median` stays flat the round trip is fixed \
+                          per-datagram cost (system calls, the kernel's UDP path), not the bytes; \
+                          where it starts to rise, copying the payload begins to count. The gap \
+                          up to `p99` is the tail a shared machine's scheduling adds."
+                    .into(),
             }],
             figures,
         }))

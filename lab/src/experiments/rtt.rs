@@ -104,6 +104,13 @@ impl Experiment for Rtt {
             x_label: "percentile".into(),
             y_label: "round trip (µs)".into(),
             log_y: true,
+            caption: format!(
+                "Lower is better; on the log axis equal vertical gaps are equal ratios. The gap \
+                 between `{SPEC4} (udp)` and raw UDP at the 50th percentile is what the stack adds \
+                 to a round trip (`rtt.ratio_vs_raw_udp`); the `mem` lines are the protocol \
+                 processing alone, so the rest of a UDP round trip is the kernel's. A line that \
+                 shoots up at the right is preemption on a shared machine, not protocol work."
+            ),
             ..Plot::default()
         };
         let mut figures = vec![];

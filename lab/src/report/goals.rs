@@ -173,7 +173,10 @@ mod tests {
         let g = goal("accel.fast_path_hit_ratio").unwrap();
         assert!(g.met(0.995) && !g.met(0.98));
         assert_eq!(g.text(), "≥ 0.99");
-        assert_eq!(goal("accel.stream_msgs_per_s").unwrap().text(), "≥ 10M msg/s");
+        assert_eq!(
+            goal("accel.stream_msgs_per_s").unwrap().text(),
+            "≥ 10M msg/s"
+        );
         assert_eq!(
             goal("serve.bytes_per_idle_session").unwrap().text(),
             "≤ 8192 B"

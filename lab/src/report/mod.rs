@@ -73,6 +73,8 @@ pub struct Plot {
     pub log_y: bool,
     /// The lines of the plot.
     pub series: Vec<Series>,
+    /// What to look for, shown under the plot (markdown).
+    pub caption: String,
 }
 
 /// What an experiment produced.
@@ -544,6 +546,7 @@ pub fn write_report(
                 rendered.push(RenderedPlot {
                     title: p.title.clone(),
                     file,
+                    caption: p.caption.clone(),
                     svg,
                 });
             }
@@ -614,6 +617,7 @@ mod tests {
                     name: "raw-udp-series".into(),
                     points: vec![(8.0, 9000.0), (1024.0, 11000.0)],
                 }],
+                caption: "Lower is *better*.".into(),
             }],
             figures: vec![("fake.ratio".into(), 1.25), ("fake.nan".into(), f64::NAN)],
         }))
@@ -701,11 +705,16 @@ mod tests {
         let md = std::fs::read_to_string(dir.join("index.md")).unwrap();
         assert!(md.contains("| stack | ns |"));
         assert!(md.contains("![RTT vs size](fake_rtt.svg)"));
+        assert!(md.contains("*Lower is *better*.*"));
         assert!(md.contains("seed 999, Table 1"));
         assert!(md.contains("**Skipped:** no valgrind here"));
         let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
         assert!(html.contains("<svg") && html.contains("<td class=\"num\">9000</td>"));
         assert!(html.contains("no valgrind here"));
+        assert!(
+            html.contains("Lower is <em>better</em>."),
+            "the caption under the plot"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -22,6 +22,8 @@ pub struct RenderedPlot {
     pub title: String,
     /// SVG file name inside the report folder.
     pub file: String,
+    /// What to look for (markdown; may be empty).
+    pub caption: String,
     /// The SVG document, or why it could not be drawn.
     pub svg: Result<String, String>,
 }
@@ -138,6 +140,20 @@ pub fn fmt_value(v: f64) -> String {
     }
 }
 
+/// A headline value for a reader: four significant digits, millions as `M`.
+fn headline_value(v: f64) -> String {
+    if !v.is_finite() {
+        "n/a".into()
+    } else if v.abs() >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v.abs() >= 1000.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else {
+        let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
 /// `results.json`.
 pub fn results_json(doc: &Doc<'_>) -> Value {
     let figures: Map<String, Value> = doc
@@ -175,6 +191,7 @@ pub fn results_json(doc: &Doc<'_>) -> Value {
                             json!({
                                 "id": p.id,
                                 "title": p.title,
+                                "caption": p.caption,
                                 "file": rp.file,
                                 "x_label": p.x_label,
                                 "y_label": p.y_label,
@@ -284,7 +301,7 @@ fn headline_table(doc: &Doc<'_>) -> Table {
             };
             vec![
                 figure,
-                value.map_or("—".into(), fmt_value),
+                value.map_or("—".into(), headline_value),
                 g.unit.to_string(),
                 g.text(),
                 mark(g, value).to_string(),
@@ -378,6 +395,9 @@ pub fn markdown(doc: &Doc<'_>) -> String {
                     match &rp.svg {
                         Ok(_) => {
                             let _ = writeln!(o, "![{}]({})\n", rp.title, rp.file);
+                            if !rp.caption.is_empty() {
+                                let _ = writeln!(o, "*{}*\n", rp.caption);
+                            }
                         }
                         Err(e) => {
                             let _ = writeln!(o, "*Plot “{}” could not be drawn: {e}*\n", rp.title);
@@ -471,7 +491,13 @@ fn html_table(o: &mut String, t: &Table) {
     for r in &t.rows {
         o.push_str("<tr>");
         for c in r {
-            let class = if numeric(c) { " class=\"num\"" } else { "" };
+            let class = if numeric(c) {
+                " class=\"num\""
+            } else if c.starts_with(['✓', '✗', '—']) {
+                " class=\"mark\""
+            } else {
+                ""
+            };
             let _ = write!(o, "<td{class}>{}</td>", inline(c));
         }
         o.push_str("</tr>");
@@ -492,7 +518,7 @@ padding:0 1rem;color:#222;line-height:1.45}h1,h2{border-bottom:1px solid #ddd}\
 .scroll{overflow-x:auto;margin:1rem 0}table{border-collapse:collapse}\
 caption{font-weight:bold;text-align:left;padding:.3rem 0}\
 th,td{border:1px solid #ccc;padding:.25rem .6rem;text-align:left;vertical-align:top}\
-td.num{text-align:right;white-space:nowrap}th{background:#f4f4f4}\
+td.num{text-align:right;white-space:nowrap}td.mark{white-space:nowrap}th{background:#f4f4f4}\
 code,pre{background:#f6f6f6;font-family:ui-monospace,monospace}pre{padding:.6rem;\
 overflow-x:auto}.meta{color:#555}figure{margin:1rem 0}svg{max-width:100%;height:auto}\
 nav ol{columns:2}";
@@ -543,9 +569,14 @@ pub fn html(doc: &Doc<'_>) -> String {
                 for rp in plots {
                     match &rp.svg {
                         Ok(svg) => {
+                            let caption = if rp.caption.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" {}", inline(&rp.caption))
+                            };
                             let _ = writeln!(
                                 o,
-                                "<figure>{}<figcaption><a href=\"{}\">{}</a></figcaption></figure>",
+                                "<figure>{}<figcaption><a href=\"{}\">{}</a>.{caption}</figcaption></figure>",
                                 inline_svg(svg),
                                 esc(&rp.file),
                                 inline(&rp.title)
@@ -601,6 +632,11 @@ mod tests {
         assert_eq!(fmt_value(0.0), "0");
         assert_eq!(fmt_value(f64::NAN), "n/a");
         assert_eq!(fmt_value(3e12), "3.0000e12");
+        assert_eq!(headline_value(24_506_419.87), "24.51 M");
+        assert_eq!(headline_value(8245.3), "8245");
+        assert_eq!(headline_value(0.41188), "0.4119");
+        assert_eq!(headline_value(1.25), "1.250");
+        assert_eq!(headline_value(6.0), "6");
     }
 
     #[test]

@@ -597,6 +597,7 @@ mod tests {
                     points: vec![(2.0, 15.0), (20.0, 30.0), (2000.0, 600.0)],
                 },
             ],
+            caption: String::new(),
         }
     }
 

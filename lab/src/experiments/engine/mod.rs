@@ -92,6 +92,11 @@ impl Experiment for Engine {
             title: "Delivered vs offered rate (model; seed Figs. 2, 5, 6)".into(),
             x_label: "offered, packets/s".into(),
             y_label: "delivered, packets/s".into(),
+            caption: "Delivered should follow offered up to the MLFRR; a line that falls back \
+                      toward zero past its peak is in receive livelock. The seed's fix, the \
+                      engine with a quota (and, through `screend`, with queue-state feedback), \
+                      should stay flat at its peak up to the highest load."
+                .into(),
             ..Plot::default()
         };
         let mut summary = Table {
@@ -183,6 +188,13 @@ impl Experiment for Engine {
             x_label: "quota, packets per callback".into(),
             y_label: "delivered, packets/s".into(),
             log_x: true,
+            caption: format!(
+                "Higher is better: each point is what gets through at {top:.0} pkt/s offered, far \
+                 past the MLFRR. Too small a quota spends the CPU on callbacks for few packets, \
+                 too large a one lets input starve the later stages, so a line should peak at a \
+                 moderate quota; with feedback `screend` throttles input itself, and its line \
+                 should depend little on the quota."
+            ),
             ..Plot::default()
         };
         let mut at_top_plain = Series {
@@ -218,6 +230,11 @@ impl Experiment for Engine {
             title: "CPU left to a compute-bound user thread (model; seed Fig. 10)".into(),
             x_label: "offered, packets/s".into(),
             y_label: "user share of the CPU".into(),
+            caption: "With no limit the user thread's share should fall to zero as the load \
+                      grows; a limit of s lets packet work take at most s of every 10 ms, so each \
+                      limited line should level off at or above 1 − s \
+                      (`engine.model_cycle_limit_margin` is the worst shortfall)."
+                .into(),
             ..Plot::default()
         };
         let mut worst = f64::INFINITY;
@@ -255,6 +272,11 @@ impl Experiment for Engine {
             title: "First-packet latency by burst size (model; seed Figs. 1, 14)".into(),
             x_label: "packets in the burst".into(),
             y_label: "µs from the burst's first arrival to its first transmission".into(),
+            caption: "Lower is better. 4.2BSD takes the whole burst through its interrupt-level \
+                      stage before the first packet reaches output, so its line should rise with \
+                      the burst; the engine carries each packet through to transmission before \
+                      the next, so its line should stay flat."
+                .into(),
             ..Plot::default()
         };
         for (name, design) in [("4.2BSD", Design::Baseline), ("engine", engine(Some(8)))] {

@@ -109,10 +109,11 @@ fn curve_table(title: &str) -> Table {
     }
 }
 
-fn curve_plot(id: &str, title: &str) -> Plot {
+fn curve_plot(id: &str, title: &str, caption: &str) -> Plot {
     Plot {
         id: id.into(),
         title: title.into(),
+        caption: caption.into(),
         x_label: "offered, packets/s".into(),
         y_label: "delivered, packets/s".into(),
         log_x: true,
@@ -164,6 +165,10 @@ fn delivered_vs_offered(secs: Duration, out: &mut Section) -> Result<f64> {
     let mut plot = curve_plot(
         "engine_real",
         "Delivered vs offered, real sockets (seed Figs. 2, 5)",
+        "The model's claim on this machine's sockets: delivered follows offered up to the \
+         MLFRR; past it 4.2BSD's real-time threads should fall back (receive livelock) while the \
+         engine with a quota of 8 holds its peak up to the highest offered rate. The x axis is \
+         logarithmic, so the overload region gets as much room as the rise.",
     );
     let base = curve("4.2BSD, real-time threads", &rates, &mut table, |r| {
         trial(Design::Baseline, ForwardConfig::default(), r, secs)
@@ -218,6 +223,10 @@ fn screend(secs: Duration, out: &mut Section) -> Result<()> {
     let mut plot = curve_plot(
         "engine_real_screend",
         "Delivered vs offered through screend, real sockets (seed Fig. 6)",
+        "Without queue-state feedback both designs spend the CPU on packets that `screend`'s \
+         full queue then drops, and should collapse past their peak; with feedback the engine \
+         stops taking input while that queue is full and should hold its peak. The passive \
+         68-byte monitor with feedback should behave like `screend` with feedback.",
     );
     for (name, design, feedback, figure) in [
         (
@@ -282,6 +291,12 @@ fn quota_sweep(quick: bool, secs: Duration, out: &mut Section) -> Result<()> {
         x_label: "quota, packets per callback".into(),
         y_label: "delivered, packets/s".into(),
         log_x: true,
+        caption: format!(
+            "Higher is better: each point is what gets through at {TOP:.0} pkt/s offered, far past \
+             the MLFRR. Too small a quota spends the CPU on callbacks for few packets, too large \
+             a one lets input starve the later stages (output, `screend`), so a line should \
+             peak at a moderate quota."
+        ),
         ..Plot::default()
     };
     let mut plain = Series {
@@ -342,6 +357,15 @@ fn cycle_limit(secs: Duration, out: &mut Section) -> Result<()> {
         x_label: "offered, packets/s".into(),
         y_label: "user share of the CPU".into(),
         log_x: true,
+        caption: format!(
+            "With no limit the user thread's share should fall as the load grows; under a limit \
+             of s it should stay at or above 1 − s at every load \
+             (`engine.real_cycle_limit_margin` is the worst shortfall). Only {} offered rates a \
+             line ({} pkt/s asked): enough to see where each line levels off, too few to show \
+             the shape of the curve between them.",
+            rates.len(),
+            rates.map(|r| format!("{r:.0}")).join(", ")
+        ),
         ..Plot::default()
     };
     let mut margin = f64::INFINITY;
@@ -448,6 +472,12 @@ fn burst_latency(quick: bool, out: &mut Section) -> Result<()> {
         title: "First-packet latency by burst size, real sockets (seed Figs. 1, 14)".into(),
         x_label: "packets in the burst".into(),
         y_label: "µs from the burst's send to its first datagram at the sink (median)".into(),
+        caption: "Lower is better. 4.2BSD's receive thread takes the whole burst in before its \
+                  protocol thread forwards the first packet, so its line should rise with the \
+                  burst; the engine forwards each packet before taking the next, so its line \
+                  should stay flat. Points are medians over bursts: a wiggle between neighbouring \
+                  sizes is noise, not a trend."
+            .into(),
         ..Plot::default()
     };
     for (name, key, design) in [
