@@ -7,11 +7,12 @@
 //!
 //! # Wire
 //!
-//! The first byte says what a datagram is: 1 an initiation and 2 a response ([`super`]'s
-//! Noise IK messages; an initiation ends with [`mac1` and `mac2`](crate::session::mac)), 3 a cookie
-//! reply, 4 data: `[4][receiver's session index, 4 bytes LE][the connection's datagram]` —
-//! five bytes that route a datagram to its session without a lookup by address, so a peer may
-//! change address (it is followed once a datagram from the new one authenticates).
+//! The first byte says what a datagram is: 1 an initiation and 2 a response (the Noise IK
+//! messages of [`crate::session`]; an initiation ends with
+//! [`mac1` and `mac2`](crate::session::mac)), 3 a cookie reply, 4 data:
+//! `[4][receiver's session index, 4 bytes LE][the connection's datagram]` — five bytes that
+//! route a datagram to its session without a lookup by address, so a peer may change address
+//! (it is followed once a datagram from the new one authenticates).
 //!
 //! # Authenticate, then act
 //!
