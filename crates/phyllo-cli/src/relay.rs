@@ -5,6 +5,11 @@
 //! towards `--to`, so the server sees one address per client and its answers find their way
 //! back. Both directions are impaired alike. Put it in front of any UDP service where the
 //! kernel has no netem qdisc.
+//!
+//! With `--rate`, each direction is also a bottleneck: a link of that rate with a FIFO queue
+//! in front of it that holds `--queue-ms` of the rate. A datagram waits for the ones ahead of
+//! it to be sent at the rate, then for the delay; one that finds the queue full is dropped
+//! (tail drop, counted), as a router's queue does.
 
 use anyhow::{Context, Result};
 use phyllo::faults::Faults;
@@ -48,6 +53,12 @@ pub struct RelayArgs {
     /// Seed of the impairments.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// A bottleneck of this many megabits per second in each direction (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// The bottleneck's queue, in milliseconds of its rate (beyond it datagrams are dropped).
+    #[arg(long, default_value_t = 25.0)]
+    pub queue_ms: f64,
     /// Print the address actually bound on the first line.
     #[arg(long)]
     pub print_addr: bool,
@@ -60,7 +71,33 @@ struct Impair {
     faults: Faults,
     delay: Duration,
     jitter: Duration,
+    /// The bottleneck of each direction (up, down), with `--rate`.
+    bottleneck: [Option<Bottleneck>; 2],
     counts: Counts,
+}
+
+/// A link of a fixed rate behind a FIFO queue of bounded delay, kept as the instant the link
+/// is busy until: a datagram leaves when those ahead of it have, and finds the queue full when
+/// they would keep it waiting longer than the queue holds.
+#[derive(Clone, Copy, Debug)]
+struct Bottleneck {
+    bytes_per_sec: f64,
+    queue: Duration,
+    busy_until: Option<Instant>,
+}
+
+impl Bottleneck {
+    /// When a datagram of `len` bytes arriving at `now` has crossed the link, or `None` if
+    /// the queue is full (it is dropped).
+    fn admit(&mut self, now: Instant, len: usize) -> Option<Instant> {
+        let start = self.busy_until.map_or(now, |b| b.max(now));
+        if start.saturating_duration_since(now) > self.queue {
+            return None;
+        }
+        let done = start + Duration::from_secs_f64(len as f64 / self.bytes_per_sec);
+        self.busy_until = Some(done);
+        Some(done)
+    }
 }
 
 /// What the relay did, printed when it stops.
@@ -73,6 +110,8 @@ struct Counts {
     corrupted: u64,
     forwarded: u64,
     send_failed: u64,
+    /// Dropped by a full bottleneck queue.
+    queue_dropped: u64,
 }
 
 impl Impair {
@@ -90,13 +129,19 @@ impl Impair {
             },
             delay: ms(a.delay),
             jitter: ms(a.jitter),
+            bottleneck: [(a.rate > 0.0 && a.rate.is_finite()).then(|| Bottleneck {
+                bytes_per_sec: a.rate * 1e6 / 8.0,
+                queue: ms(a.queue_ms),
+                busy_until: None,
+            }); 2],
             counts: Counts::default(),
         }
     }
 
-    /// The release instants of `d`'s copies, corrupting it in place if so drawn (both copies
-    /// of a duplicated datagram carry the first copy's corruption, if any).
-    fn plan(&mut self, now: Instant, d: &mut [u8]) -> Vec<Instant> {
+    /// The release instants of `d`'s copies going `up` (to the service) or down, corrupting
+    /// it in place if so drawn (both copies of a duplicated datagram carry the first copy's
+    /// corruption, if any); each copy crosses the direction's bottleneck first, if any.
+    fn plan(&mut self, now: Instant, d: &mut [u8], up: bool) -> Vec<Instant> {
         let fate = self.faults.draw(&mut self.rng, d.len());
         let c = &mut self.counts;
         c.received += 1;
@@ -109,10 +154,20 @@ impl Impair {
                 c.duplicated += 1;
             }
             c.reordered += u64::from(a.extra.is_some());
+            let crossed = match &mut self.bottleneck[usize::from(!up)] {
+                Some(b) => match b.admit(now, d.len()) {
+                    Some(t) => t,
+                    None => {
+                        c.queue_dropped += 1;
+                        continue;
+                    }
+                },
+                None => now,
+            };
             let jitter = self.jitter.mul_f64(self.rng.random::<f64>());
-            at.push(now + self.delay + jitter + a.extra.unwrap_or_default());
+            at.push(crossed + self.delay + jitter + a.extra.unwrap_or_default());
         }
-        c.lost += u64::from(at.is_empty());
+        c.lost += u64::from(fate.copies.iter().all(Option::is_none));
         at
     }
 }
@@ -139,14 +194,19 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         println!("{}", front.local_addr()?);
     }
     eprintln!(
-        "relaying {} -> {to}: loss {} delay {} ms jitter {} ms reorder {} dup {} corrupt {}",
+        "relaying {} -> {to}: loss {} delay {} ms jitter {} ms reorder {} dup {} corrupt {}{}",
         front.local_addr()?,
         args.loss,
         args.delay,
         args.jitter,
         args.reorder,
         args.duplicate,
-        args.corrupt
+        args.corrupt,
+        if args.rate > 0.0 {
+            format!(" rate {} Mbit/s queue {} ms", args.rate, args.queue_ms)
+        } else {
+            String::new()
+        }
     );
     let mut imp = Impair::new(&args);
     let mut clients: HashMap<SocketAddr, usize> = HashMap::new();
@@ -179,7 +239,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
                         }
                     };
                     let mut d = buf[..n].to_vec();
-                    for at in imp.plan(Instant::now(), &mut d) {
+                    for at in imp.plan(Instant::now(), &mut d, true) {
                         serial += 1;
                         held.push(Reverse((at, serial, Dest::Up(i), d.clone())));
                     }
@@ -193,7 +253,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
             while let Ok(n) = s.recv(&mut buf) {
                 moved = true;
                 let mut d = buf[..n].to_vec();
-                for at in imp.plan(Instant::now(), &mut d) {
+                for at in imp.plan(Instant::now(), &mut d, false) {
                     serial += 1;
                     held.push(Reverse((at, serial, Dest::Down(*client), d.clone())));
                 }
@@ -226,11 +286,13 @@ pub fn relay(args: RelayArgs) -> Result<()> {
     }
     let c = &imp.counts;
     eprintln!(
-        "relay stopping: {} datagrams received from {} clients, {} lost, {} duplicated, {} \
-         reordered, {} corrupted, {} forwarded, {} sends failed, {} still held",
+        "relay stopping: {} datagrams received from {} clients, {} lost, {} dropped by a full \
+         queue, {} duplicated, {} reordered, {} corrupted, {} forwarded, {} sends failed, {} \
+         still held",
         c.received,
         clients.len(),
         c.lost,
+        c.queue_dropped,
         c.duplicated,
         c.reordered,
         c.corrupted,
@@ -239,4 +301,34 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         held.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bottleneck_spaces_datagrams_at_its_rate_and_drops_past_its_queue() {
+        // 1 MB/s and a 3 ms queue: a 1000-byte datagram takes 1 ms on the link.
+        let mut b = Bottleneck {
+            bytes_per_sec: 1e6,
+            queue: Duration::from_millis(3),
+            busy_until: None,
+        };
+        let t0 = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        // A burst at t0: each leaves 1 ms after the one before; the queue holds 3 ms of
+        // waiting, so the sixth, which would wait 5 ms, is dropped.
+        let done: Vec<Option<Instant>> = (0..6).map(|_| b.admit(t0, 1000)).collect();
+        for (i, d) in done.iter().take(4).enumerate() {
+            assert_eq!(*d, Some(t0 + ms(i as u64 + 1)), "datagram {i}");
+        }
+        assert_eq!(done[4], None, "waits 4 ms > 3 ms: dropped");
+        assert_eq!(done[5], None);
+        // Once the link is idle again a datagram goes through at once.
+        assert_eq!(
+            b.admit(t0 + ms(10), 500),
+            Some(t0 + ms(10) + Duration::from_micros(500))
+        );
+    }
 }

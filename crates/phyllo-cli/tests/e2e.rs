@@ -421,6 +421,81 @@ fn relay_stops_on_sigterm_and_prints_its_counters() {
     assert_eq!(lost + forwarded, 100, "{counters}");
 }
 
+/// `phyllo relay --rate`: what crosses it never outruns the rate (an upper bound, whatever the
+/// machine's load), and a burst beyond its queue is dropped and counted.
+#[test]
+fn the_relay_s_bottleneck_keeps_to_its_rate_and_drops_past_its_queue() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Long enough that a relay slowed by a loaded machine is waited for.
+    sink.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    // 8 Mbit/s = 1 MB/s, a 20 ms queue (20 000 bytes).
+    let mut relay = Command::new(BIN)
+        .args([
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            &to,
+            "--print-addr",
+        ])
+        .args(["--rate", "8", "--queue-ms", "20"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(relay.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // 200 datagrams of 1000 bytes at once: 200 ms of the link, ten times its queue.
+    let start = std::time::Instant::now();
+    for _ in 0..200 {
+        client.send_to(&[7u8; 1000], line.trim()).unwrap();
+    }
+    let mut got = 0usize;
+    let mut buf = [0u8; 2000];
+    let mut last = start;
+    while let Ok(n) = sink.recv(&mut buf) {
+        got += n;
+        last = std::time::Instant::now();
+    }
+    let elapsed = last.duration_since(start).as_secs_f64();
+    // Never faster than the rate: the bytes after the first datagram took their time.
+    assert!(got >= 1000, "nothing crossed");
+    assert!(
+        (got - 1000) as f64 <= 1e6 * elapsed * 1.05,
+        "{got} bytes in {elapsed:.3} s through a 1 MB/s bottleneck"
+    );
+    let ok = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let o = relay.wait_with_output().unwrap();
+    let e = stderr(&o);
+    let counters = e.lines().last().unwrap_or("");
+    let dropped: u64 = counters
+        .split(", ")
+        .find_map(|f| f.strip_suffix(" dropped by a full queue"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no queue drops in {counters}"));
+    // Of what reached the relay (the kernel may drop some of the burst before it reads), the
+    // queue holds about 21 datagrams (20 ms and the one on the link) and drops the rest; all
+    // that it did not drop arrived.
+    let received: usize = counters
+        .strip_prefix("relay stopping: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {counters}"));
+    assert!(dropped > 0, "{counters}");
+    assert_eq!(dropped as usize + got / 1000, received, "{counters}");
+}
+
 /// Shell completions and the man page come from the command's own definition.
 #[test]
 fn completions_and_the_man_page_name_every_subcommand() {
