@@ -156,11 +156,8 @@ fn headline_value(v: f64) -> String {
 
 /// `results.json`.
 pub fn results_json(doc: &Doc<'_>) -> Value {
-    let figures: Map<String, Value> = doc
-        .figures()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), num(v)))
-        .collect();
+    let all = doc.figures();
+    let figures: Map<String, Value> = all.iter().map(|(k, v)| (k.to_string(), num(*v))).collect();
     let experiments: Vec<Value> = doc
         .records
         .iter()
@@ -218,7 +215,7 @@ pub fn results_json(doc: &Doc<'_>) -> Value {
     let goals: Map<String, Value> = goals::GOALS
         .iter()
         .map(|g| {
-            let value = doc.figures().get(g.figure).copied();
+            let value = all.get(g.figure).copied();
             (
                 g.figure.to_string(),
                 json!({
