@@ -28,9 +28,12 @@ pub fn is_set(flag: &AtomicBool) -> bool {
 /// digits (64 bits, enough to tell an operator's peers apart at a glance; the whole key is
 /// in the allow file).
 pub fn fingerprint(key: &PublicKey) -> String {
-    let mut k = key.to_string();
-    k.truncate(16);
-    k
+    fingerprint_of_hex(&key.to_string()).to_string()
+}
+
+/// [`fingerprint`] of a key already written in hexadecimal.
+pub fn fingerprint_of_hex(hex: &str) -> &str {
+    hex.get(..16).unwrap_or(hex)
 }
 
 /// A peer's statistics as one line.

@@ -153,7 +153,7 @@ impl App<'_> {
                         Err(SessionSendError::WouldBlock) => break,
                         Err(e) => {
                             tracing::warn!(
-                                peer = %key.get(..16).unwrap_or(&key),
+                                peer = %app_protocol::fingerprint_of_hex(&key),
                                 "reply dropped: {e}"
                             );
                             st.replies.pop_front();
@@ -187,8 +187,7 @@ impl App<'_> {
 
 /// Handle message `m` from the peer whose key is `key` (hexadecimal); the answer, if any.
 fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) -> Option<Vec<u8>> {
-    // The key's fingerprint (`app_protocol::fingerprint`), for the log.
-    let fp = key.get(..16).unwrap_or(key);
+    let fp = app_protocol::fingerprint_of_hex(key);
     let fail = |st: &mut Peer, reason: String| {
         st.refused = true;
         Some(Message::Fail { reason: &reason }.encode())
