@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
         Ok(m) => {
             let bytes = m.encode();
             assert_eq!(Message::parse(&bytes).as_ref(), Ok(&m));
-            if let Message::Offer { name, .. } = m {
+            if let Message::Offer(offer) = m {
+                let name = offer.name;
                 if let Ok(n) = check_name(name) {
                     assert!(!n.contains('/') && n != ".." && !n.contains('\0'));
                 }

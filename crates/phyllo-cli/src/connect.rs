@@ -692,13 +692,13 @@ fn transfer(
         }
         c.ended = false;
         c.session()?;
-        let m = Message::Offer {
+        let m = Message::Offer(crate::transfer::Offer {
             id,
             size: announced,
             hash: offer.hash,
             tree: offer.tree,
             name,
-        };
+        });
         if !c.send(&m.encode())? {
             continue 'session;
         }

@@ -15,7 +15,7 @@
 //! write removes the partial file (it may be what filled the disk). Without an output
 //! directory the server only counts and checks.
 
-use crate::transfer::{check_name, check_path, TransferId, PARTIAL_PREFIX};
+use crate::transfer::{check_name, check_path, Offer, TransferId, PARTIAL_PREFIX};
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -139,21 +139,6 @@ pub struct Store {
     pub dir: Option<PathBuf>,
     /// Replace a file of the same name.
     pub overwrite: bool,
-}
-
-/// What a sender offers: the fields of [`crate::transfer::Message::Offer`].
-#[derive(Clone, Copy, Debug)]
-pub struct Offer<'a> {
-    /// The transfer's identity.
-    pub id: TransferId,
-    /// The name to store it under: a base name, or with `tree` a path in a directory.
-    pub name: &'a str,
-    /// Its size, when announced.
-    pub size: Option<u64>,
-    /// Its SHA-256, when announced.
-    pub hash: Option<[u8; 32]>,
-    /// `name` is a path inside a directory being sent.
-    pub tree: bool,
 }
 
 /// How the server takes an offer.

@@ -2,7 +2,7 @@
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
 
 use crate::app_protocol;
-use crate::incoming::{Incoming, Offer, Refusal, Store, Taken};
+use crate::incoming::{Incoming, Refusal, Store, Taken};
 use crate::transfer::{Message, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::{Event, PeerId, SessionSendError};
@@ -194,20 +194,14 @@ fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) ->
     };
     match Message::parse(m) {
         _ if m.first() == Some(&PING) => Some(m.to_vec()),
-        Ok(Message::Offer {
-            id,
-            size,
-            hash,
-            tree,
-            name,
-        }) => {
+        Ok(Message::Offer(offer)) => {
             st.refused = false;
             match st.transfer.take() {
                 // The same transfer offered again (its sender's session ended and came back).
-                Some(t) if t.id() == id => {
+                Some(t) if t.id() == offer.id => {
                     let have = t.have();
                     st.transfer = Some(t);
-                    return Some(Message::Accept { id, have }.encode());
+                    return Some(Message::Accept { id: offer.id, have }.encode());
                 }
                 Some(t) => {
                     if let Err(r) = t.suspend() {
@@ -216,13 +210,7 @@ fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) ->
                 }
                 None => {}
             }
-            let offer = Offer {
-                id,
-                name,
-                size,
-                hash,
-                tree,
-            };
+            let (id, name, size) = (offer.id, offer.name, offer.size);
             match store.offer(key, &offer) {
                 Ok(Taken::Receive(t)) => {
                     tracing::info!(

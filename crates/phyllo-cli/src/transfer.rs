@@ -62,23 +62,27 @@ const HAS_HASH: u8 = 4;
 /// A transfer's identity (see the [module docs](self)).
 pub type TransferId = [u8; 16];
 
+/// What a client offers ([`Message::Offer`]), and what the server takes it by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer<'a> {
+    /// The transfer's identity.
+    pub id: TransferId,
+    /// Its size, when known beforehand (a file; not standard input).
+    pub size: Option<u64>,
+    /// Its SHA-256, when known beforehand (a file in a directory).
+    pub hash: Option<[u8; 32]>,
+    /// `name` is a file's path inside a directory being sent ([`check_path`]), not a base
+    /// name ([`check_name`]).
+    pub tree: bool,
+    /// The name to store it under: a base name, or with `tree` a relative path.
+    pub name: &'a str,
+}
+
 /// One message of the transfer protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message<'a> {
     /// The client offers a transfer.
-    Offer {
-        /// The transfer's identity.
-        id: TransferId,
-        /// Its size, when known beforehand (a file; not standard input).
-        size: Option<u64>,
-        /// Its SHA-256, when known beforehand (a file in a directory).
-        hash: Option<[u8; 32]>,
-        /// `name` is a file's path inside a directory being sent ([`check_path`]), not a
-        /// base name ([`check_name`]).
-        tree: bool,
-        /// The name to store it under: a base name, or with `tree` a relative path.
-        name: &'a str,
-    },
+    Offer(Offer<'a>),
     /// The server takes the transfer and holds its first `have` bytes already.
     Accept {
         /// The transfer accepted.
@@ -165,13 +169,13 @@ impl<'a> Message<'a> {
                     (None, 25)
                 };
                 let name = text(&rest[at..], "offer")?;
-                Ok(Message::Offer {
+                Ok(Message::Offer(Offer {
                     id,
                     size,
                     hash,
                     tree: flags & TREE != 0,
                     name,
-                })
+                }))
             }
             ACCEPT => {
                 let id = take::<16>(rest, 0, "accept")?;
@@ -210,13 +214,13 @@ impl<'a> Message<'a> {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
         match self {
-            Message::Offer {
+            Message::Offer(Offer {
                 id,
                 size,
                 hash,
                 tree,
                 name,
-            } => {
+            }) => {
                 v.push(OFFER);
                 v.extend_from_slice(id);
                 let flags = if size.is_some() { HAS_SIZE } else { 0 }
@@ -335,27 +339,27 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         let all = [
-            Message::Offer {
+            Message::Offer(Offer {
                 id: [7; 16],
                 size: Some(1 << 40),
                 hash: None,
                 tree: false,
                 name: "report.pdf",
-            },
-            Message::Offer {
+            }),
+            Message::Offer(Offer {
                 id: [0; 16],
                 size: None,
                 hash: None,
                 tree: false,
                 name: "stdin",
-            },
-            Message::Offer {
+            }),
+            Message::Offer(Offer {
                 id: [3; 16],
                 size: Some(0),
                 hash: Some([5; 32]),
                 tree: true,
                 name: "photos/2024/a.jpg",
-            },
+            }),
             Message::Accept {
                 id: [1; 16],
                 have: 12345,
@@ -391,13 +395,13 @@ mod tests {
             Message::parse(&[FINISH; 42]),
             Err(ParseError::Trailing("finish"))
         );
-        let mut offer = Message::Offer {
+        let mut offer = Message::Offer(Offer {
             id: [0; 16],
             size: None,
             hash: None,
             tree: false,
             name: "x",
-        }
+        })
         .encode();
         offer[17] = 8;
         assert_eq!(Message::parse(&offer), Err(ParseError::Flags(8)));
