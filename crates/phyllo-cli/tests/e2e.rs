@@ -365,21 +365,18 @@ fn the_runtime_s_echo_client_example_talks_to_phyllo_serve() {
     );
 }
 
-/// `phyllo relay` forwards, stops on SIGTERM with status 0, and says what it did.
-#[test]
-fn relay_stops_on_sigterm_and_prints_its_counters() {
-    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let to = sink.local_addr().unwrap().to_string();
+/// `phyllo relay --listen 127.0.0.1:0 --to TO EXTRA...`, started, and the address it bound.
+fn start_relay(to: &str, extra: &[&str]) -> (std::process::Child, String) {
     let mut relay = Command::new(BIN)
         .args([
             "relay",
             "--listen",
             "127.0.0.1:0",
             "--to",
-            &to,
+            to,
             "--print-addr",
         ])
-        .args(["--loss", "0.5", "--seed", "7"])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -389,11 +386,11 @@ fn relay_stops_on_sigterm_and_prints_its_counters() {
     std::io::BufReader::new(relay.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    for i in 0..100u8 {
-        client.send_to(&[i; 32], line.trim()).unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    (relay, line.trim().to_string())
+}
+
+/// Stop the relay with SIGTERM; it exits with 0 and its last line is its counters.
+fn stop_relay(relay: std::process::Child) -> String {
     let ok = Command::new("kill")
         .args(["-TERM", &relay.id().to_string()])
         .status()
@@ -402,21 +399,40 @@ fn relay_stops_on_sigterm_and_prints_its_counters() {
     assert!(ok);
     let o = relay.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let e = stderr(&o);
-    let counters = e.lines().last().unwrap_or("");
+    stderr(&o).lines().last().unwrap_or("").to_string()
+}
+
+/// The count before `what` in the relay's counters (`..., 12 lost, ...`).
+fn counter(counters: &str, what: &str) -> u64 {
+    counters
+        .trim_start_matches("relay stopping: ")
+        .split(", ")
+        .find_map(|f| f.strip_suffix(what))
+        .and_then(|v| v.trim().split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {what:?} in {counters}"))
+}
+
+/// `phyllo relay` forwards, stops on SIGTERM with status 0, and says what it did.
+#[test]
+fn relay_stops_on_sigterm_and_prints_its_counters() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let (relay, addr) = start_relay(&to, &["--loss", "0.5", "--seed", "7"]);
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..100u8 {
+        client.send_to(&[i; 32], &addr).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = stop_relay(relay);
     assert!(
         counters.starts_with("relay stopping: 100 datagrams received from 1 clients"),
-        "{e}"
+        "{counters}"
     );
     // Half lost (seeded), the rest forwarded.
-    let field = |k: &str| -> u64 {
-        counters
-            .split(", ")
-            .find_map(|f| f.strip_suffix(k))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {counters}"))
-    };
-    let (lost, forwarded) = (field(" lost"), field(" forwarded"));
+    let (lost, forwarded) = (
+        counter(&counters, " lost"),
+        counter(&counters, " forwarded"),
+    );
     assert!(lost > 20 && lost < 80, "{counters}");
     assert_eq!(lost + forwarded, 100, "{counters}");
 }
@@ -431,30 +447,12 @@ fn the_relay_s_bottleneck_keeps_to_its_rate_and_drops_past_its_queue() {
         .unwrap();
     let to = sink.local_addr().unwrap().to_string();
     // 8 Mbit/s = 1 MB/s, a 20 ms queue (20 000 bytes).
-    let mut relay = Command::new(BIN)
-        .args([
-            "relay",
-            "--listen",
-            "127.0.0.1:0",
-            "--to",
-            &to,
-            "--print-addr",
-        ])
-        .args(["--rate", "8", "--queue-ms", "20"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(relay.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (relay, addr) = start_relay(&to, &["--rate", "8", "--queue-ms", "20"]);
     let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // 200 datagrams of 1000 bytes at once: 200 ms of the link, ten times its queue.
     let start = std::time::Instant::now();
     for _ in 0..200 {
-        client.send_to(&[7u8; 1000], line.trim()).unwrap();
+        client.send_to(&[7u8; 1000], &addr).unwrap();
     }
     let mut got = 0usize;
     let mut buf = [0u8; 2000];
@@ -470,30 +468,14 @@ fn the_relay_s_bottleneck_keeps_to_its_rate_and_drops_past_its_queue() {
         (got - 1000) as f64 <= 1e6 * elapsed * 1.05,
         "{got} bytes in {elapsed:.3} s through a 1 MB/s bottleneck"
     );
-    let ok = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let o = relay.wait_with_output().unwrap();
-    let e = stderr(&o);
-    let counters = e.lines().last().unwrap_or("");
-    let dropped: u64 = counters
-        .split(", ")
-        .find_map(|f| f.strip_suffix(" dropped by a full queue"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no queue drops in {counters}"));
+    let counters = stop_relay(relay);
     // Of what reached the relay (the kernel may drop some of the burst before it reads), the
     // queue holds about 21 datagrams (20 ms and the one on the link) and drops the rest; all
     // that it did not drop arrived.
-    let received: usize = counters
-        .strip_prefix("relay stopping: ")
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {counters}"));
+    let dropped = counter(&counters, " dropped by a full queue");
+    let received = counter(&counters, " datagrams received from 1 clients");
     assert!(dropped > 0, "{counters}");
-    assert_eq!(dropped as usize + got / 1000, received, "{counters}");
+    assert_eq!(dropped + got as u64 / 1000, received, "{counters}");
 }
 
 /// Shell completions and the man page come from the command's own definition.

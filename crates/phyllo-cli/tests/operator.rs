@@ -433,32 +433,25 @@ fn a_directory_lands_as_a_tree_and_sent_again_moves_only_what_is_missing() {
 
 #[test]
 fn the_server_logs_json_lines_naming_the_peer_by_fingerprint_and_the_path_written() {
-    use std::io::{BufRead, BufReader};
     let t = Setup::new("log");
-    let mut server = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--print-addr",
-            "--log-json",
-        ])
-        .args(["--transfers", "1", "--key", t.s.to_str().unwrap()])
-        .args(["--allow", &pubfile(&t.c)])
-        .arg("--out")
-        .arg(&t.out)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut addr = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut addr)
-        .unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--print-addr",
+        "--log-json",
+    ])
+    .args(["--transfers", "1", "--key", t.s.to_str().unwrap()])
+    .args(["--allow", &pubfile(&t.c)])
+    .arg("--out")
+    .arg(&t.out)
+    .env_remove("RUST_LOG")
+    .stderr(Stdio::piped());
+    let (server, addr) = spawn_reading_addr(cmd);
     let file = t.dir.join("logged.bin");
     std::fs::write(&file, b"logged bytes").unwrap();
-    let o = t.send(addr.trim(), &file, &[]).wait_with_output().unwrap();
+    let o = t.send(&addr, &file, &[]).wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let log = finish(server, Duration::from_secs(20));
     assert!(log.status.success(), "{}", stderr(&log));

@@ -68,18 +68,23 @@ impl Drop for Kill {
     }
 }
 
-/// Start a command that prints its bound address on its first line; returns it and the line.
+/// Start a command that prints its bound address on its first line, its standard error
+/// shown with the test's; returns it and the line.
 pub fn spawn_with_addr(mut cmd: Command) -> (Kill, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    cmd.stderr(Stdio::inherit());
+    let (child, addr) = spawn_reading_addr(cmd);
+    (Kill(child), addr)
+}
+
+/// Start a command that prints its bound address on its first line (its standard error as
+/// `cmd` says); returns it and the line.
+pub fn spawn_reading_addr(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    (Kill(child), line.trim().to_string())
+    (child, line.trim().to_string())
 }
 
 pub fn wait_exit(k: &mut Kill, limit: Duration) -> bool {
