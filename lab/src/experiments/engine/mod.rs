@@ -341,30 +341,38 @@ impl Experiment for Engine {
             "An established transfer and newcomers under a flood of replayed initiations: each \
                  round starts a child `phyllo serve --accel` (engine defaults, no `--out`, so \
                  the server only checks the file) that allows eight client keys, and a child \
-                 `phyllo connect --accel --file` sends it 32 MiB of random bytes (64 MiB in full \
+                 `phyllo connect --accel --file` sends it {} MiB of random bytes ({} MiB in full \
                  runs) once without a flood and once with it, which first alternating by round \
                  ({} rounds quick, {} full). MB/s is what `connect` reports: bytes over the time \
                  from the session's establishment to the server's verified hash, so a slower \
                  handshake under the flood does not count. The flood is one allowed client's \
-                 initiation, recorded once and replayed from one socket in batches of 64 as fast \
+                 initiation, recorded once and replayed from one socket in batches of {} as fast \
                  as a thread on CPU 1 can send; the server, the transfer and the newcomers share \
                  CPU 0, so the flood takes none of their CPU and the ratio shows what the server \
-                 does with its own. In the flooded phase the flood runs 200 ms, then the \
-                 transfer, and after it ends six other allowed clients run `phyllo connect \
+                 does with its own. In the flooded phase the flood runs {} ms, then the \
+                 transfer, and after it ends {} other allowed clients run `phyllo connect \
                  --accel --ping 3 --timeout 10` at once, still under the flood; the table \
                  counts those that exit 0 (a session and three pings answered) and the seconds \
-                 until all six ended (any still running after 30 s are killed and count as \
+                 until all {} ended (any still running after {} s are killed and count as \
                  without a session). \
                  `serve.flood_transfer_goodput_ratio` = the median over rounds of flooded / \
                  quiet MB/s{} (goal ≥ 0.80); `serve.flood_newcomers_min` = the fewest \
-                 newcomers of six with a session in any round (goal ≥ 5, within 10 s); \
+                 newcomers of {} with a session in any round (goal ≥ 5, within 10 s); \
                  `serve.flood_initiations_per_s` = the median rate of replayed initiations sent.",
+            serve_flood::transfer_bytes(true) >> 20,
+            serve_flood::transfer_bytes(false) >> 20,
             serve_flood::transfer_rounds(true),
             serve_flood::transfer_rounds(false),
+            phyllo_udp::udp::MAX_BATCH,
+            serve_flood::FLOOD_LEAD.as_millis(),
+            serve_flood::NEWCOMERS,
+            serve_flood::NEWCOMERS,
+            serve_flood::NEWCOMER_LIMIT.as_secs(),
             goodput.map_or(String::new(), |s| format!(
                 ", here {} with the smallest and largest round in brackets",
                 s.show(2, "rounds")
             )),
+            serve_flood::NEWCOMERS,
         ));
 
         Ok(Outcome::Done(section))

@@ -205,11 +205,14 @@ const TRANSFER_LIMIT: Duration = Duration::from_secs(120);
 
 /// How long the newcomers may take before those still running are killed (and counted as
 /// without a session): `--timeout 10` bounds a client's handshakes, not its pings.
-const NEWCOMER_LIMIT: Duration = Duration::from_secs(30);
+pub(super) const NEWCOMER_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long the flood runs before the flooded transfer starts.
+pub(super) const FLOOD_LEAD: Duration = Duration::from_millis(200);
 
 /// Newcomers per flooded phase: keys 0..6 of [`transfer_runs`]; key 6's initiation is
 /// replayed, key 7 sends the file.
-const NEWCOMERS: usize = 6;
+pub(super) const NEWCOMERS: usize = 6;
 
 /// An established file transfer and newcomers under a flood of replayed initiations: per round
 /// a fresh `phyllo serve` child allowing 8 keys, one transfer of a file without the flood and
@@ -248,7 +251,7 @@ fn transfer_runs(
     for p in &pubs[1..] {
         extra.extend(["--allow", p.as_str()]);
     }
-    let mut data = vec![0u8; if quick { 32 << 20 } else { 64 << 20 }];
+    let mut data = vec![0u8; transfer_bytes(quick)];
     getrandom::fill(&mut data).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let file = dir.join("transfer-file");
     std::fs::write(&file, &data).context("writing the file to send")?;
@@ -369,7 +372,7 @@ fn transfer_runs(
         // The flooded phase: the flood settles, then the transfer, then the newcomers; the
         // flood stops whatever happened.
         let phase = (|| -> Result<_> {
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(FLOOD_LEAD);
             let flooded = transfer(&addr)?;
             Ok((flooded, newcomers(&addr)?))
         })();
@@ -436,6 +439,15 @@ fn transfer_runs(
     }
     out.tables.push(table);
     Ok(ratio)
+}
+
+/// Bytes of the file [`transfer_runs`] sends.
+pub(super) fn transfer_bytes(quick: bool) -> usize {
+    if quick {
+        32 << 20
+    } else {
+        64 << 20
+    }
 }
 
 /// Rounds of [`transfer_runs`]: odd, so that each median is one round's.
