@@ -5,8 +5,9 @@
 //! (`.phyllo-part-…`, named by the peer's key and the transfer's id, created without following
 //! symlinks), strictly in a row from the start, so its length is what the server holds and a
 //! restarted server resumes from it. At [`Incoming::finish`] the whole file's SHA-256 must
-//! match the sender's; only then is it synced and linked under its name, which is never
-//! replaced unless the server was told so (`--overwrite`). A file of a directory being sent
+//! match the sender's; only then is it synced and linked under its name (the directory synced
+//! too, before the sender hears it is stored), which is never replaced unless the server was
+//! told so (`--overwrite`). A file of a directory being sent
 //! goes under its path inside the output directory: the directories on the way are made as
 //! needed and walked one by one without following a symlink, so nothing is ever written
 //! outside the output directory. An offer that carries a hash is answered with
@@ -419,6 +420,9 @@ impl Incoming {
                     true => Ok(()),
                     false => std::fs::remove_file(&p.path),
                 })
+                // The name on disk too before the sender is told the file is stored: the
+                // data was synced above, the directory entry is synced here.
+                .and_then(|()| rustix::fs::fsync(&parent).map_err(std::io::Error::from))
             }
             // Made on the way: missing only if removed meanwhile.
             Ok(None) => Err(std::io::ErrorKind::NotFound.into()),
