@@ -26,14 +26,16 @@ pub fn is_set(flag: &AtomicBool) -> bool {
 
 /// A public key's fingerprint for logs and statistics: the first 16 of its 64 hexadecimal
 /// digits (64 bits, enough to tell an operator's peers apart at a glance; the whole key is
-/// in the allow file).
-pub fn fingerprint(key: &PublicKey) -> String {
-    fingerprint_of_hex(&key.to_string()).to_string()
-}
+/// in the allow file). Written only when displayed, so a log line that is filtered out costs
+/// nothing.
+#[derive(Clone, Copy)]
+pub struct Fingerprint(pub PublicKey);
 
-/// [`fingerprint`] of a key already written in hexadecimal.
-pub fn fingerprint_of_hex(hex: &str) -> &str {
-    hex.get(..16).unwrap_or(hex)
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hex = self.0.to_string();
+        f.write_str(hex.get(..16).unwrap_or(&hex))
+    }
 }
 
 /// A peer's statistics as one line.
@@ -47,7 +49,7 @@ pub fn stats_line(key: &PublicKey, addr: Option<SocketAddr>, s: &PeerStats) -> S
     format!(
         "peer {} at {}: sessions {}, messages sent {} delivered {}, datagrams out {} in {}, bytes out {}, \
          fast-path ratio {}, datagrams dropped {}, returned unconfirmed {}",
-        fingerprint(key),
+        Fingerprint(*key),
         addr.map_or("?".into(), |a| a.to_string()),
         s.sessions,
         s.sent_msgs,

@@ -3,7 +3,7 @@
 //! `RUST_LOG` (an `EnvFilter` directive such as `debug` or `phyllo_cli=trace`) chooses what is
 //! written when it is set; otherwise `-v` does: `info` and up by default, `debug` with `-v`,
 //! `trace` with `-vv`. What `serve` logs names peers by their key's fingerprint
-//! ([`crate::app_protocol::fingerprint`]) and files by the paths written.
+//! ([`crate::app_protocol::Fingerprint`]) and files by the paths written.
 
 use tracing_subscriber::EnvFilter;
 

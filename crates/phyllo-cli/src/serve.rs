@@ -1,11 +1,11 @@
 //! `phyllo serve`: many sessions on one UDP socket — echo for pings, sink for data, and with
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
 
-use crate::app_protocol;
+use crate::app_protocol::{self, Fingerprint};
 use crate::incoming::{Incoming, Refusal, Store, Taken};
 use crate::transfer::{Message, PING};
 use anyhow::{bail, Context, Result};
-use phyllo::{Event, PeerId, SessionSendError};
+use phyllo::{Event, PeerId, PublicKey, SessionSendError};
 use phyllo_net::{EngineConfig, SessionSocket};
 use std::collections::{HashMap, VecDeque};
 use std::ops::ControlFlow;
@@ -100,7 +100,7 @@ impl App<'_> {
         while let Some(e) = node.endpoint_mut().poll_event() {
             match e {
                 Event::Established { peer, key, .. } => tracing::info!(
-                    peer = %app_protocol::fingerprint(&key),
+                    peer = %Fingerprint(key),
                     addr = %node.endpoint()
                         .peer_addr(peer)
                         .map_or("?".into(), |a| a.to_string()),
@@ -136,10 +136,10 @@ impl App<'_> {
         }
         let readable = node.take_readable();
         for p in readable {
-            let key = node
-                .endpoint()
-                .peer_key(p)
-                .map_or_else(String::new, |k| k.to_string());
+            // Every readable peer has a key; one the endpoint forgot has nothing to read.
+            let Some(key) = node.endpoint().peer_key(p) else {
+                continue;
+            };
             let st = self.peers.entry(p).or_default();
             loop {
                 let now = node.now();
@@ -153,7 +153,7 @@ impl App<'_> {
                         Err(SessionSendError::WouldBlock) => break,
                         Err(e) => {
                             tracing::warn!(
-                                peer = %app_protocol::fingerprint_of_hex(&key),
+                                peer = %Fingerprint(key),
                                 "reply dropped: {e}"
                             );
                             st.replies.pop_front();
@@ -168,7 +168,7 @@ impl App<'_> {
                 let ended = &mut self.ended_transfers;
                 let got = node
                     .endpoint_mut()
-                    .poll_delivery_with(p, |m| answer(st, store, &key, m, ended));
+                    .poll_delivery_with(p, |m| answer(st, store, key, m, ended));
                 match got {
                     None => break,
                     Some(Some(reply)) => st.replies.push_back(reply),
@@ -185,9 +185,15 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from the peer whose key is `key` (hexadecimal); the answer, if any.
-fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) -> Option<Vec<u8>> {
-    let fp = app_protocol::fingerprint_of_hex(key);
+/// Handle message `m` from the peer whose key is `key`; the answer, if any.
+fn answer(
+    st: &mut Peer,
+    store: &Store,
+    key: PublicKey,
+    m: &[u8],
+    ended: &mut u64,
+) -> Option<Vec<u8>> {
+    let fp = Fingerprint(key);
     let fail = |st: &mut Peer, reason: String| {
         st.refused = true;
         Some(Message::Fail { reason: &reason }.encode())
@@ -211,7 +217,7 @@ fn answer(st: &mut Peer, store: &Store, key: &str, m: &[u8], ended: &mut u64) ->
                 None => {}
             }
             let (id, name, size) = (offer.id, offer.name, offer.size);
-            match store.offer(key, &offer) {
+            match store.offer(&key.to_string(), &offer) {
                 Ok(Taken::Receive(t)) => {
                     tracing::info!(
                         peer = %fp,
@@ -419,7 +425,7 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
 fn fingerprint_of(node: &SessionSocket, p: PeerId) -> String {
     node.endpoint()
         .peer_key(p)
-        .map_or_else(|| "?".into(), |k| app_protocol::fingerprint(&k))
+        .map_or_else(|| "?".into(), |k| Fingerprint(k).to_string())
 }
 
 /// Make `--out` if it is missing and check that the server can write there, before serving.
