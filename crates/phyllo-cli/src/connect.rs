@@ -547,6 +547,28 @@ impl Sent {
     }
 }
 
+/// What the server answers about a transfer: how much it holds (to an offer), or its verdict.
+enum Answer {
+    /// It takes the transfer and holds its first bytes already.
+    Have(u64),
+    /// It stored the transfer under this name.
+    Stored(String),
+    /// It ended the transfer without storing it, for this reason.
+    Refused(String),
+}
+
+impl Answer {
+    /// The answer about transfer `id` in the server's message `r`, if it is one.
+    fn to(id: TransferId, r: &[u8]) -> Option<Answer> {
+        match Message::parse(r) {
+            Ok(Message::Accept { id: got, have }) if got == id => Some(Answer::Have(have)),
+            Ok(Message::Done { name }) => Some(Answer::Stored(name.to_owned())),
+            Ok(Message::Fail { reason }) => Some(Answer::Refused(reason.to_owned())),
+            _ => None,
+        }
+    }
+}
+
 /// The base name of `f`, to store it under.
 fn base_name(f: &std::path::Path) -> Result<String> {
     Ok(f.file_name()
@@ -702,18 +724,12 @@ fn transfer(
         if !c.send(&m.encode())? {
             continue 'session;
         }
-        let answer = c.reply(|r| match Message::parse(r) {
-            Ok(Message::Accept { id: got, have }) if got == id => Some(Ok(Ok(have))),
-            Ok(Message::Done { name }) => Some(Ok(Err(name.to_owned()))),
-            Ok(Message::Fail { reason }) => Some(Err(reason.to_owned())),
-            _ => None,
-        })?;
-        let have = match answer {
+        let have = match c.reply(|r| Answer::to(id, r))? {
             None => continue 'session,
-            Some(Err(reason)) => return Err(Failure::Refused(reason).into()),
-            Some(Ok(Ok(have))) => have,
+            Some(Answer::Refused(reason)) => return Err(Failure::Refused(reason).into()),
+            Some(Answer::Have(have)) => have,
             // The server holds these very bytes under the name already (the offer's hash).
-            Some(Ok(Err(stored))) => {
+            Some(Answer::Stored(stored)) => {
                 let (Some(bytes), Some(hash)) = (announced, offer.hash) else {
                     bail!("the server confirmed {stored:?} without its hash offered");
                 };
@@ -838,15 +854,13 @@ fn transfer(
         if !c.send(&finish.encode())? {
             continue 'session;
         }
-        let verdict = c.reply(|r| match Message::parse(r) {
-            Ok(Message::Done { name }) => Some(Ok(name.to_owned())),
-            Ok(Message::Fail { reason }) => Some(Err(reason.to_owned())),
-            _ => None,
-        })?;
+        // After the finish only a verdict counts.
+        let verdict = c.reply(|r| Answer::to(id, r).filter(|a| !matches!(a, Answer::Have(_))))?;
         match verdict {
-            None => continue 'session,
-            Some(Err(reason)) => return Err(Failure::Refused(reason).into()),
-            Some(Ok(stored)) => break 'session (offset, hash, stored),
+            // The session ended first (`Have` is filtered out above).
+            None | Some(Answer::Have(_)) => continue 'session,
+            Some(Answer::Refused(reason)) => return Err(Failure::Refused(reason).into()),
+            Some(Answer::Stored(stored)) => break 'session (offset, hash, stored),
         }
     };
     bar.finish_and_clear();
