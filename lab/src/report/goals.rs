@@ -62,24 +62,27 @@ impl Goal {
     }
 }
 
-const fn at_least(figure: &'static str, unit: &'static str, target: f64) -> Goal {
+const fn goal_of(
+    direction: Direction,
+    figure: &'static str,
+    unit: &'static str,
+    target: f64,
+) -> Goal {
     Goal {
         figure,
         unit,
-        direction: Direction::AtLeast,
+        direction,
         target,
         anchor: None,
     }
 }
 
+const fn at_least(figure: &'static str, unit: &'static str, target: f64) -> Goal {
+    goal_of(Direction::AtLeast, figure, unit, target)
+}
+
 const fn at_most(figure: &'static str, unit: &'static str, target: f64) -> Goal {
-    Goal {
-        figure,
-        unit,
-        direction: Direction::AtMost,
-        target,
-        anchor: None,
-    }
+    goal_of(Direction::AtMost, figure, unit, target)
 }
 
 const fn anchored(goal: Goal, anchor: &'static str) -> Goal {
