@@ -98,6 +98,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accel;
+pub mod congestion;
 pub mod conn;
 pub mod demux;
 pub mod endpoint;

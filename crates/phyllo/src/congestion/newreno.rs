@@ -1,0 +1,134 @@
+//! NewReno (RFC 9002 §7): slow start doubles the window every round trip until the first
+//! loss; congestion avoidance then adds one datagram per window acknowledged; a loss halves
+//! the window once per recovery period (losses of datagrams sent before the period began do
+//! not cut again).
+
+use super::{initial_window, minimum_window, Controller, RttEstimator};
+use crate::time::Time;
+
+/// The NewReno controller.
+#[derive(Clone, Debug)]
+pub struct NewReno {
+    mtu: u64,
+    window: u64,
+    ssthresh: u64,
+    /// Bytes acknowledged towards the next one-datagram increase in congestion avoidance.
+    acked: u64,
+    /// Datagrams sent before this instant belong to the current recovery period.
+    recovery_start: Option<Time>,
+}
+
+impl NewReno {
+    /// A controller for datagrams of `mtu` bytes.
+    pub fn new(mtu: u64) -> NewReno {
+        NewReno {
+            mtu,
+            window: initial_window(mtu),
+            ssthresh: u64::MAX,
+            acked: 0,
+            recovery_start: None,
+        }
+    }
+
+    /// Whether this sender is in slow start.
+    pub fn in_slow_start(&self) -> bool {
+        self.window < self.ssthresh
+    }
+}
+
+impl Controller for NewReno {
+    fn on_ack(&mut self, _now: Time, sent: Time, bytes: u64, app_limited: bool, _: &RttEstimator) {
+        if app_limited || self.recovery_start.is_some_and(|r| sent <= r) {
+            return;
+        }
+        if self.in_slow_start() {
+            self.window += bytes;
+        } else {
+            self.acked += bytes;
+            if self.acked >= self.window {
+                self.acked -= self.window;
+                self.window += self.mtu;
+            }
+        }
+    }
+
+    fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
+        if self.recovery_start.is_some_and(|r| sent <= r) && !persistent {
+            return;
+        }
+        self.recovery_start = Some(now);
+        self.window = (self.window / 2).max(minimum_window(self.mtu));
+        self.ssthresh = self.window;
+        self.acked = 0;
+        if persistent {
+            self.window = minimum_window(self.mtu);
+        }
+    }
+
+    fn on_mtu_update(&mut self, mtu: u16) {
+        self.mtu = u64::from(mtu);
+        self.window = self.window.max(minimum_window(self.mtu));
+    }
+
+    fn window(&self) -> u64 {
+        self.window
+    }
+
+    fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
+        // Twice the window per round trip in slow start (so pacing does not slow the
+        // doubling), 1.25 times in congestion avoidance.
+        let srtt = rtt.smoothed()?.max(std::time::Duration::from_micros(100));
+        let gain = if self.in_slow_start() { 2.0 } else { 1.25 };
+        Some((self.window as f64 * gain / srtt.as_secs_f64()) as u64)
+    }
+
+    fn initial_window(&self) -> u64 {
+        initial_window(self.mtu)
+    }
+
+    fn name(&self) -> &'static str {
+        "newreno"
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(NewReno::new(self.mtu))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(ms: u64) -> Time {
+        Time(ms * 1_000_000)
+    }
+
+    #[test]
+    fn slow_start_doubles_then_a_loss_halves_once_per_period() {
+        let rtt = RttEstimator::new();
+        let mut c = NewReno::new(1000);
+        let w0 = c.window();
+        c.on_ack(at(10), at(0), w0, false, &rtt);
+        assert_eq!(c.window(), 2 * w0);
+        c.on_congestion_event(at(20), at(15), false, 1000);
+        assert_eq!(c.window(), w0);
+        // A loss of a datagram sent before the period began does not cut again.
+        c.on_congestion_event(at(21), at(19), false, 1000);
+        assert_eq!(c.window(), w0);
+        // Congestion avoidance: one datagram per window acknowledged.
+        c.on_ack(at(40), at(30), w0, false, &rtt);
+        assert_eq!(c.window(), w0 + 1000);
+        c.on_congestion_event(at(50), at(45), true, 1000);
+        assert_eq!(c.window(), 2000);
+        let _ = Duration::ZERO;
+    }
+
+    #[test]
+    fn app_limited_acks_do_not_grow_the_window() {
+        let mut c = NewReno::new(1000);
+        let w0 = c.window();
+        c.on_ack(at(10), at(0), 5000, true, &RttEstimator::new());
+        assert_eq!(c.window(), w0);
+    }
+}
