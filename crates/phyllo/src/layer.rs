@@ -366,6 +366,9 @@ pub(crate) enum Origin {
 pub struct LayerCounters {
     /// Drops by reason.
     pub drops: Vec<(DropReason, u64)>,
+    /// Named events a layer counts ([`Cx::count_event`]), and high-water marks it records
+    /// ([`Cx::record_peak`]): the `window` layer's retransmissions by cause, for instance.
+    pub events: Vec<(&'static str, u64)>,
 }
 
 impl LayerCounters {
@@ -374,6 +377,25 @@ impl LayerCounters {
             Some((_, n)) => *n += 1,
             None => self.drops.push((r, 1)),
         }
+    }
+
+    fn event(&mut self, name: &'static str) -> &mut u64 {
+        let i = match self.events.iter().position(|(n, _)| *n == name) {
+            Some(i) => i,
+            None => {
+                self.events.push((name, 0));
+                self.events.len() - 1
+            }
+        };
+        &mut self.events[i].1
+    }
+
+    /// The count (or peak) recorded under `name`, zero if never recorded.
+    pub fn event_count(&self, name: &str) -> u64 {
+        self.events
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
     }
 
     /// Drops for `r`.
@@ -557,6 +579,17 @@ impl<'a> Cx<'a> {
     pub fn count_drop(&mut self, r: DropReason) {
         self.counters.count(r);
         self.refusals.count(RefusedAt::Layer(self.layer, r));
+    }
+
+    /// Add `n` to the event counter `name` of this layer ([`LayerCounters::events`]).
+    pub fn count_event(&mut self, name: &'static str, n: u64) {
+        *self.counters.event(name) += n;
+    }
+
+    /// Raise the high-water mark `name` of this layer to `value` if it is higher.
+    pub fn record_peak(&mut self, name: &'static str, value: u64) {
+        let v = self.counters.event(name);
+        *v = (*v).max(value);
     }
 }
 
