@@ -20,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
     .expect("valid spec");
     let mut plain = Connection::from_spec("frag(64):window(4)", Config::new(Role::Responder))
         .expect("valid spec");
+    // A window under a controller: acknowledgement bodies (ranges) reach it unprotected.
+    let mut congested = Connection::from_spec("frag(64):window", Config::new(Role::Responder))
+        .expect("valid spec");
     // The input is a sequence of datagrams, each prefixed with a one-byte length.
     let mut rest = data;
     let mut t = 0u64;
@@ -30,6 +33,14 @@ fuzz_target!(|data: &[u8]| {
         t += 1_000_000;
         sealed.handle_datagram(Time(t), d);
         plain.handle_datagram(Time(t), d);
+        congested.handle_datagram(Time(t), d);
+        congested.handle_timeout(Time(t));
+        while let Some(m) = congested.poll_delivery() {
+            congested.recycle(m);
+        }
+        while let Some(m) = congested.poll_transmit() {
+            congested.recycle(m);
+        }
         accel.handle_datagram(Time(t), d);
         accel.handle_timeout(Time(t));
         accel.post_process(Time(t));

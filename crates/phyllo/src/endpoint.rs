@@ -255,8 +255,9 @@ impl SessionConfig {
 pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError> + Send>;
 
 /// The stack a [`SessionEndpoint::builder`] gives its sessions unless told otherwise:
-/// fragmentation, a reliable window of 64, authenticated encryption.
-pub const DEFAULT_STACK: &str = "frag(1400):window(64):seal";
+/// fragmentation, a reliable window under CUBIC congestion control with pacing (up to 16 MiB in
+/// flight), authenticated encryption.
+pub const DEFAULT_STACK: &str = "frag(1400):window:seal";
 
 /// A session endpoint could not be built ([`SessionEndpointBuilder::build`]).
 #[derive(Debug, Error)]
@@ -289,7 +290,7 @@ pub enum EndpointBuildError {
 /// let client_key = StaticKey::generate()?;
 /// let server = SessionEndpoint::builder(server_key)
 ///     .allow(client_key.public())
-///     .stack("frag(1400):window(64):seal")
+///     .stack("frag(1400):window(bbr):seal")
 ///     .accelerate(true)
 ///     .build()?;
 /// assert_eq!(server.session_count(), 0);

@@ -123,6 +123,10 @@ pub enum DropReason {
     TooLarge,
     /// Reassembly state was evicted to stay within its bound.
     Evicted,
+    /// An acknowledgement that is malformed (ranges out of order, overlapping, empty),
+    /// acknowledges what was never sent, or acknowledges what cannot have arrived yet
+    /// (optimistic, to inflate the sender's window).
+    BadAck,
 }
 
 impl fmt::Display for DropReason {
@@ -137,6 +141,7 @@ impl fmt::Display for DropReason {
             DropReason::Duplicate => "duplicate",
             DropReason::TooLarge => "too-large",
             DropReason::Evicted => "evicted",
+            DropReason::BadAck => "bad-ack",
         };
         f.write_str(s)
     }

@@ -17,7 +17,7 @@ use crate::filter::Segment;
 use crate::layer::{
     Cx, Handoff, Hdr, InitCx, Layer, LayerCounters, Origin, Packet, Predict, Verdict,
 };
-use crate::layers::{Checksum, Cipher, Frag, Seal, Window};
+use crate::layers::{Checksum, Cipher, Frag, Seal};
 use crate::layout::FieldRegistry;
 use crate::layout::Layout;
 use crate::msg::{Msg, Pool};
@@ -651,8 +651,8 @@ impl Registry {
         r.register("frag", "frag(N)", |a| {
             number(a, 1400, 64, 65_000).map(|n| Box::new(Frag::new(n)) as Box<dyn Layer>)
         });
-        r.register("window", "window(N)", |a| {
-            number(a, 16, 1, 1024).map(|n| Box::new(Window::new(n)) as Box<dyn Layer>)
+        r.register("window", "window(N|cubic|newreno|bbr)", |a| {
+            crate::layers::window::from_spec(a).map(|w| Box::new(w) as Box<dyn Layer>)
         });
         r.register("checksum", "checksum", |a| {
             nothing(a).map(|_| Box::new(Checksum::new()) as Box<dyn Layer>)
@@ -762,7 +762,7 @@ mod tests {
         let e = err("window(16):chekcsum");
         assert!(e.to_string().contains("`chekcsum`"), "{e}");
         assert!(e.to_string().contains("position 2"), "{e}");
-        assert!(e.to_string().contains("window(N)"), "{e}");
+        assert!(e.to_string().contains("window(N|cubic|newreno|bbr)"), "{e}");
         let e = err("window(0)");
         assert!(e.to_string().contains("outside"), "{e}");
         let e = err("frag(12x)");

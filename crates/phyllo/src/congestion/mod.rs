@@ -24,10 +24,12 @@
 mod bbr;
 mod cubic;
 mod newreno;
+mod pacer;
 
 pub use bbr::Bbr;
 pub use cubic::Cubic;
 pub use newreno::NewReno;
+pub use pacer::Pacer;
 
 use crate::time::Time;
 use std::fmt;
@@ -164,6 +166,12 @@ pub trait Controller: Send + fmt::Debug {
 
     /// A fresh controller of the same kind and configuration (for a new connection).
     fn clone_box(&self) -> Box<dyn Controller>;
+}
+
+impl Clone for Box<dyn Controller> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
 }
 
 /// The initial window of RFC 9002 §7.2: ten datagrams, at most 14 720 bytes and at least two.

@@ -4,7 +4,8 @@ mod checksum;
 mod frag;
 pub mod gcm;
 mod seal;
-mod window;
+pub mod sack;
+pub mod window;
 
 pub use checksum::Checksum;
 pub use frag::Frag;

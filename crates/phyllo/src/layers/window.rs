@@ -1,54 +1,93 @@
-//! `window`: a sliding-window protocol — reliable, FIFO, exactly-once delivery.
+//! `window`: a sliding-window protocol — reliable, FIFO, exactly-once delivery — with
+//! selective acknowledgements, RACK loss detection, tail-loss probes, congestion control and
+//! pacing.
 //!
-//! The basic sliding window of van Renesse, "Masking the Overhead of Protocol Layering" (seed 004
-//! §5) (window of 16 messages by default), in canonical form. Fields: `kind` (data or ack) and
-//! `seq` are protocol-specific (they depend only on state, so the next ones are predictable);
-//! `ack`, the cumulative acknowledgement (the next sequence number expected from the peer), is
-//! gossip, piggybacked on every data message.
+//! The basic sliding window of van Renesse, "Masking the Overhead of Protocol Layering" (seed
+//! 004 §5), in canonical form, grown into a transport for long, lossy and shared paths. Fields:
+//! `kind` (data or ack) and `seq` are protocol-specific (they depend only on state, so the
+//! next ones are predictable); `ack`, the cumulative acknowledgement (the next sequence number
+//! expected from the peer), is gossip, piggybacked on every data message. Data datagrams carry
+//! nothing else, so the accelerator still predicts them; standalone acknowledgements carry a
+//! body ([`super::sack`]): selective-acknowledgement ranges, the receiver's buffer and its
+//! acknowledgement delay.
 //!
-//! - Pre-send stamps `seq` and `ack` and keeps a copy of the message for retransmission; if the
-//!   window is full (or older messages wait) it absorbs the message into a bounded backlog.
-//! - Post-send advances `snd_next`, stores the copy and arms the retransmission timer.
-//! - Pre-deliver passes the in-order message and absorbs everything else (acks, out-of-order
-//!   and duplicate data) for the post-phase to sort out.
-//! - Post-deliver consumes the ack, releases acknowledged copies, sends from the backlog,
-//!   advances `rcv_next`, delivers buffered successors, and schedules an ack: at once after
-//!   half a window of unacknowledged data or a duplicate, otherwise after a short delay unless
-//!   data going the other way carries it first.
-//! - On timeout everything unacknowledged is retransmitted and the timeout doubles (capped at
-//!   `max_rto`), so a dead path sees fewer and fewer retransmissions; an acknowledgement of
-//!   new data ends the backoff. Otherwise the timeout follows the measured round trip (RFC
-//!   6298, Karn's rule).
+//! **Two ways to limit what is in flight.** [`Window::new`]`(n)` is the seed's window: at most
+//! `n` messages in flight, no congestion control, no pacing. [`Window::with_controller`] (the
+//! spec `window`, `window(cubic)`, `window(newreno)`, `window(bbr)`) lets a
+//! [`Controller`] set the bytes in flight and the pacing rate, within the receiver's
+//! advertised buffer and this end's ceiling ([`WindowConfig::ceiling`], 16 MiB by default).
 //!
-//! Sequence numbers are 16 bits on the wire, 64 bits in the state; with at most 1024
+//! **Loss recovery resends only what is lost** (RFC 8985's RACK with RFC 9002's thresholds):
+//! an acknowledgement marks messages delivered, cumulatively or by range. A message not
+//! delivered is declared lost once a message sent after it was delivered and either three
+//! later messages were delivered (order) or a round trip plus a quarter of the smallest round
+//! trip passed since it was sent (time; the quarter absorbs jitter). Lost messages are resent
+//! first, within the window and the pacing. When acknowledgements stop, a probe timeout
+//! (smoothed round trip + 4 × its deviation + the peer's acknowledgement delay, doubling with
+//! every probe) sends one probe — new data if any waits, else the newest unacknowledged
+//! message — so a tail loss or a blackout is detected without resending everything.
+//! Retransmissions are counted by cause in the layer's events: `retransmit.time`,
+//! `retransmit.order`, `retransmit.probe`.
+//!
+//! **Bad acknowledgements are refused and counted** ([`DropReason::BadAck`], and the events
+//! `ack.malformed`, `ack.beyond_sent`, `ack.optimistic`): malformed or overlapping ranges,
+//! ranges or a cumulative acknowledgement beyond what was sent, and acknowledgements of a
+//! message sent less than half the smallest measured round trip ago (it cannot have arrived:
+//! a peer acknowledging ahead of delivery to inflate the window). A refused acknowledgement
+//! changes no state. A peer's advertised buffer is only ever a limit below this end's ceiling.
+//!
+//! **Receiver memory is bounded**: messages above a gap wait in a buffer of at most the
+//! ceiling in bytes (beyond it they are dropped, counted `OutOfWindow`); the peak is recorded
+//! as the event `rcv.buffered_peak`. Under a controller the receiver acknowledges every second
+//! message at once (the seed's window: half a window), any gap or duplicate at once, and
+//! otherwise within `ack_delay` unless data going the other way carries the acknowledgement
+//! first.
+//!
+//! Sequence numbers are 24 bits on the wire, 64 bits in the state; with at most 2^22
 //! messages in flight the receiver places every wire value unambiguously.
 
+use super::sack::{AckFrame, MAX_OFFSET, MAX_RANGES};
+use crate::congestion::{Algorithm, Controller, Pacer, RttEstimator};
 use crate::field::{FieldClass, FieldHandle};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 use crate::outline::cold;
 use crate::time::Time;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 const KIND_DATA: u64 = 0;
 const KIND_ACK: u64 = 1;
-const SEQ_BITS: u8 = 16;
+const SEQ_BITS: u8 = 24;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// Messages in flight at most under a controller (a quarter of the sequence space).
+pub const MAX_IN_FLIGHT: usize = MAX_OFFSET as usize;
+
+/// The default ceiling of bytes in flight and of the receiver's buffer: 16 MiB.
+pub const DEFAULT_CEILING: u64 = 16 << 20;
+
+/// Later messages delivered before an earlier one counts as lost (RFC 9002 §6.1.1).
+const PACKET_THRESHOLD: u64 = 3;
+
+/// The largest acknowledgement delay a peer's report is believed up to (RFC 9000's default
+/// `max_ack_delay`).
+const MAX_ACK_DELAY: Duration = Duration::from_millis(25);
 
 /// Configuration of the window layer.
 #[derive(Clone, Debug)]
 pub struct WindowConfig {
-    /// Messages in flight at most.
+    /// Messages in flight at most: the whole limit without a controller, a cap beside the
+    /// controller's window with one.
     pub size: usize,
     /// Application messages waiting for room at most (beyond it `send` says WouldBlock).
     pub backlog: usize,
-    /// First retransmission timeout (before any round trip was measured).
+    /// The probe timeout before any round trip was measured.
     pub rto: Duration,
-    /// Smallest retransmission timeout.
+    /// Smallest probe timeout.
     pub min_rto: Duration,
-    /// Largest retransmission timeout.
+    /// Largest probe timeout (raised to three smoothed round trips on longer paths).
     pub max_rto: Duration,
     /// How long an ack may wait for data to ride on.
     pub ack_delay: Duration,
@@ -57,6 +96,11 @@ pub struct WindowConfig {
     pub name: &'static str,
     /// A transport header of ports and a checksum (the latency experiments' TCP-like stack).
     pub transport: Option<Ports>,
+    /// The congestion controller; `None`: the seed's fixed window of `size` messages.
+    pub controller: Option<Box<dyn Controller>>,
+    /// Bytes in flight at most, whatever the controller and the peer say; also the receiver's
+    /// buffer for messages above a gap, advertised to the peer.
+    pub ceiling: u64,
 }
 
 /// A transport header's ports: this end's and the peer's. With them the window stamps every
@@ -73,7 +117,7 @@ pub struct Ports {
 }
 
 impl WindowConfig {
-    /// Defaults for a window of `size`.
+    /// The seed's window: `size` messages in flight, no congestion control.
     pub fn new(size: usize) -> WindowConfig {
         WindowConfig {
             size: size.clamp(1, 1024),
@@ -84,6 +128,20 @@ impl WindowConfig {
             ack_delay: Duration::from_micros(200),
             name: "window",
             transport: None,
+            controller: None,
+            ceiling: DEFAULT_CEILING,
+        }
+    }
+
+    /// A window whose in-flight limit comes from `controller`, up to [`DEFAULT_CEILING`].
+    /// The first probe timeout, before a round trip is measured, is 100 ms (a path may be
+    /// long).
+    pub fn with_controller(controller: Box<dyn Controller>) -> WindowConfig {
+        WindowConfig {
+            size: MAX_IN_FLIGHT,
+            rto: Duration::from_millis(100),
+            controller: Some(controller),
+            ..WindowConfig::new(1)
         }
     }
 }
@@ -124,36 +182,108 @@ fn transport_sum(sport: u64, dport: u64, kind: u64, seq: u64, body: &[u8]) -> u6
     u64::from(!crate::inet::fold16(head + crate::inet::ones_sum_le(body)))
 }
 
+/// Why a message was declared lost (and resent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// RACK's time threshold.
+    Time,
+    /// Three later messages were delivered.
+    Order,
+}
+
+impl Cause {
+    fn event(self) -> &'static str {
+        match self {
+            Cause::Time => "retransmit.time",
+            Cause::Order => "retransmit.order",
+        }
+    }
+}
+
+/// A message sent and not yet cumulatively acknowledged.
+#[derive(Debug)]
+struct Sent {
+    /// The retransmission copy (header area and body); `None` once selectively acknowledged.
+    msg: Option<Msg>,
+    len: u64,
+    /// The first transmission.
+    first: Time,
+    /// The latest transmission.
+    xmit: Time,
+    retransmitted: bool,
+    sacked: bool,
+    /// Declared lost and not resent since.
+    lost: Option<Cause>,
+    /// Sent while the sender had less in flight than the window allowed.
+    app_limited: bool,
+}
+
 /// The window layer. `O` turns on outlining of its rare paths ([`crate::outline`]); the
 /// ordinary layer is `Window` (`O = false`).
 #[derive(Debug)]
 pub struct Window<const O: bool = false> {
     cfg: WindowConfig,
     f: Option<Fields>,
+    cc: Option<Box<dyn Controller>>,
     // Sender.
     snd_una: u64,
     snd_next: u64,
-    unacked: VecDeque<Msg>,
-    /// When each unacknowledged message was first sent; `None` once retransmitted (Karn).
-    sent_at: VecDeque<Option<Time>>,
+    /// `sent[i]` is message `snd_una + i`.
+    sent: VecDeque<Sent>,
+    /// Messages declared lost, to resend, in the order they were declared.
+    lost: VecDeque<u64>,
+    /// Resent messages not yet delivered, in the order they were resent (RACK watches them
+    /// apart: their send times are out of sequence order).
+    resent: VecDeque<u64>,
+    /// Messages below this were all delivered, declared lost or resent (RACK's scan starts
+    /// here).
+    scan: u64,
     backlog: VecDeque<Msg>,
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    rto: Duration,
-    rto_at: Option<Time>,
-    /// Whether this layer holds the accelerator's send header disabled (window full).
+    /// Bytes sent, not delivered and not declared lost.
+    in_flight: u64,
+    /// Bytes of every message in `sent`.
+    span: u64,
+    /// Bytes delivered, all told.
+    delivered: u64,
+    rtt: RttEstimator,
+    pacer: Pacer,
+    /// The buffer the peer advertised.
+    peer_window: u64,
+    /// The largest message sent (the controller's datagram size).
+    mtu: u64,
+    /// RACK: the latest send time of a delivered message, and the round trip it measured.
+    rack: Option<(Time, Duration)>,
+    largest_acked: Option<u64>,
+    loss_at: Option<Time>,
+    pace_at: Option<Time>,
+    last_sent: Option<Time>,
+    probes: u32,
+    /// Whether this layer holds the accelerator's send header disabled.
     send_disabled: bool,
     // Receiver.
     rcv_next: u64,
-    ooo: Vec<Option<Msg>>,
+    /// Messages above a gap, and the ranges they form (start → end, exclusive).
+    ooo: BTreeMap<u64, Msg>,
+    ranges: BTreeMap<u64, u64>,
+    ooo_bytes: u64,
+    /// Data messages received since the last acknowledgement.
     unacked_rx: usize,
+    /// The highest sequence number received, and when.
+    largest_rx: Option<(u64, Time)>,
     ack_at: Option<Time>,
+    /// Scratch: the messages one acknowledgement delivered (kept to spare an allocation).
+    newly: Vec<(u64, Acked)>,
 }
 
 impl Window {
-    /// A window of `size` messages with default timers.
+    /// The seed's window of `size` messages with default timers.
     pub fn new(size: usize) -> Window {
         Window::with_config(WindowConfig::new(size))
+    }
+
+    /// A window whose in-flight limit comes from `controller`.
+    pub fn with_controller(controller: Box<dyn Controller>) -> Window {
+        Window::with_config(WindowConfig::with_controller(controller))
     }
 
     /// A window with an explicit configuration.
@@ -162,34 +292,66 @@ impl Window {
     }
 }
 
+/// The datagram size a controller starts from before any message was sent: `frag`'s default.
+const INITIAL_MTU: u64 = 1400;
+
 impl<const O: bool> Window<O> {
     /// A window with an explicit configuration, outlined or not as `O` says.
     pub fn build(cfg: WindowConfig) -> Window<O> {
-        let size = cfg.size.clamp(1, 1024);
+        let size = if cfg.controller.is_some() {
+            cfg.size.clamp(1, MAX_IN_FLIGHT)
+        } else {
+            cfg.size.clamp(1, 1024)
+        };
+        let ceiling = cfg.ceiling.max(INITIAL_MTU);
         Window {
-            rto: cfg.rto,
-            cfg: WindowConfig { size, ..cfg },
+            cc: cfg.controller.clone(),
+            cfg: WindowConfig {
+                size,
+                ceiling,
+                ..cfg
+            },
             f: None,
             snd_una: 0,
             snd_next: 0,
-            unacked: VecDeque::with_capacity(size),
-            sent_at: VecDeque::with_capacity(size),
-            srtt: None,
-            rttvar: Duration::ZERO,
+            sent: VecDeque::new(),
+            lost: VecDeque::new(),
+            resent: VecDeque::new(),
+            scan: 0,
             backlog: VecDeque::new(),
-            rto_at: None,
+            in_flight: 0,
+            span: 0,
+            delivered: 0,
+            rtt: RttEstimator::new(),
+            pacer: Pacer::new(),
+            peer_window: ceiling,
+            mtu: INITIAL_MTU,
+            rack: None,
+            largest_acked: None,
+            loss_at: None,
+            pace_at: None,
+            last_sent: None,
+            probes: 0,
             send_disabled: false,
             rcv_next: 0,
-            // Allocated when the first message arrives out of order.
-            ooo: Vec::new(),
+            ooo: BTreeMap::new(),
+            ranges: BTreeMap::new(),
+            ooo_bytes: 0,
             unacked_rx: 0,
+            largest_rx: None,
             ack_at: None,
+            newly: Vec::new(),
         }
     }
 
     /// Messages sent but not yet acknowledged.
     pub fn in_flight(&self) -> usize {
-        self.unacked.len()
+        self.sent.len()
+    }
+
+    /// Bytes sent, not yet delivered and not declared lost.
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.in_flight
     }
 
     /// Messages waiting for room in the window.
@@ -207,19 +369,69 @@ impl<const O: bool> Window<O> {
         self.rcv_next
     }
 
-    fn full(&self) -> bool {
-        self.unacked.len() >= self.cfg.size || !self.backlog.is_empty()
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.smoothed()
     }
 
-    /// Place a 16-bit wire value relative to `base` (the value within ±2^15 of it).
+    /// The congestion window in bytes, with a controller.
+    pub fn congestion_window(&self) -> Option<u64> {
+        self.cc.as_ref().map(|c| c.window())
+    }
+
+    /// Bytes buffered above a gap on the receiving side.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.ooo_bytes
+    }
+
+    /// Place a 24-bit wire value relative to `base` (the value within ±2^23 of it).
     fn unwrap_seq(base: u64, wire: u64) -> i64 {
-        ((wire.wrapping_sub(base) & SEQ_MASK) as u16) as i16 as i64
+        let d = wire.wrapping_sub(base) & SEQ_MASK;
+        if d >= 1 << (SEQ_BITS - 1) {
+            d as i64 - (1 << SEQ_BITS)
+        } else {
+            d as i64
+        }
+    }
+
+    /// Whether a new message of `len` bytes may leave at `now`: `Err(Some(t))` when pacing
+    /// holds it until `t`, `Err(None)` when the window is full.
+    fn may_send_new(&self, now: Time, len: u64) -> Result<(), Option<Time>> {
+        if self.sent.len() >= self.cfg.size {
+            return Err(None);
+        }
+        self.may_send(now, len, true)
+    }
+
+    /// The controller's window, the peer's buffer and this end's ceiling (`new`: a message
+    /// that widens the span), then the pacer.
+    fn may_send(&self, now: Time, len: u64, new: bool) -> Result<(), Option<Time>> {
+        let Some(cc) = &self.cc else {
+            return Ok(());
+        };
+        if self.in_flight > 0 && self.in_flight + len > cc.window() {
+            return Err(None);
+        }
+        let limit = self.peer_window.min(self.cfg.ceiling);
+        if new && self.span > 0 && self.span + len > limit {
+            return Err(None);
+        }
+        match self.pacer.delay_until(now, len) {
+            None => Ok(()),
+            Some(t) => Err(Some(t)),
+        }
+    }
+
+    /// Whether a message sent now must wait: older ones wait, or the window or the pacer
+    /// says no to a message of the largest size sent.
+    fn full(&self, now: Time, len: u64) -> bool {
+        !self.backlog.is_empty() || !self.lost.is_empty() || self.may_send_new(now, len).is_err()
     }
 
     /// Keep the accelerator's send-disable counter in step with a full window (seed 004
     /// §3.2: "when the send window of a sliding window protocol is full").
     fn sync_disable(&mut self, cx: &mut Cx<'_>) {
-        let full = self.full();
+        let full = self.full(cx.now(), self.mtu);
         if full != self.send_disabled {
             if full {
                 cx.raise_send_disable();
@@ -230,12 +442,44 @@ impl<const O: bool> Window<O> {
         }
     }
 
+    /// The probe timeout without backoff (RFC 9002 §6.2.1).
+    fn pto_base(&self) -> Duration {
+        match self.rtt.smoothed() {
+            Some(s) => {
+                s + (self.rtt.var() * 4).max(Duration::from_millis(1)) + self.cfg.ack_delay
+            }
+            None => self.cfg.rto,
+        }
+    }
+
+    /// The largest probe timeout: `max_rto`, or three smoothed round trips on a longer path.
+    fn pto_cap(&self) -> Duration {
+        self.cfg.max_rto.max(self.rtt.get_or(Duration::ZERO) * 3)
+    }
+
+    /// When the next probe is due: a probe timeout (doubled per probe already sent) after
+    /// the latest send, while anything is outstanding.
+    fn pto_at(&self) -> Option<Time> {
+        if self.in_flight == 0 && self.lost.is_empty() {
+            return None;
+        }
+        let backoff = self
+            .pto_base()
+            .checked_mul(1 << self.probes.min(16))
+            .unwrap_or(Duration::MAX);
+        let pto = backoff.clamp(self.cfg.min_rto, self.pto_cap());
+        self.last_sent.map(|t| t + pto)
+    }
+
     fn rearm(&mut self, cx: &mut Cx<'_>) {
         self.sync_disable(cx);
-        match (self.rto_at, self.ack_at) {
-            (Some(a), Some(b)) => cx.set_timer(a.min(b)),
-            (Some(a), None) | (None, Some(a)) => cx.set_timer(a),
-            (None, None) => cx.clear_timer(),
+        let due = [self.pto_at(), self.loss_at, self.ack_at, self.pace_at]
+            .into_iter()
+            .flatten()
+            .min();
+        match due {
+            Some(t) => cx.set_timer(t),
+            None => cx.clear_timer(),
         }
     }
 
@@ -258,18 +502,121 @@ impl<const O: bool> Window<O> {
         cx.set(&mut m, f.ack, self.rcv_next);
         self.stamp(&mut m, f, KIND_DATA, self.snd_next, cx);
         let copy = cx.copy(&m);
-        self.sent(copy, cx.now());
+        self.sent(copy, cx);
+        self.ack_sent();
         cx.send_down(m);
     }
 
     /// Book-keeping after a data message left: the sequence number is used, its copy kept,
-    /// the piggybacked ack sent.
-    fn sent(&mut self, copy: Msg, now: Time) {
+    /// the window, the pacer and the controller told.
+    fn sent(&mut self, copy: Msg, cx: &mut Cx<'_>) {
+        let now = cx.now();
+        let len = copy.len() as u64;
+        if len > self.mtu {
+            self.mtu = len;
+            if let Some(cc) = &mut self.cc {
+                cc.on_mtu_update(len.min(u64::from(u16::MAX)) as u16);
+            }
+        }
+        let app_limited = self.backlog.is_empty()
+            && self
+                .cc
+                .as_ref()
+                .is_some_and(|c| (self.in_flight + len) * 2 < c.window());
         self.snd_next += 1;
-        self.unacked.push_back(copy);
-        self.sent_at.push_back(Some(now));
-        if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rto);
+        self.sent.push_back(Sent {
+            msg: Some(copy),
+            len,
+            first: now,
+            xmit: now,
+            retransmitted: false,
+            sacked: false,
+            lost: None,
+            app_limited,
+        });
+        self.in_flight += len;
+        self.span += len;
+        self.on_transmit(now, len);
+    }
+
+    /// A datagram of `len` bytes left at `now`.
+    fn on_transmit(&mut self, now: Time, len: u64) {
+        self.pacer.spend(now, len);
+        self.last_sent = Some(now);
+        if let Some(cc) = &mut self.cc {
+            cc.on_sent(now, len, self.in_flight);
+        }
+    }
+
+    /// Resend message `seq` (declared lost, or a probe): a fresh copy with the current ack.
+    fn resend(&mut self, seq: u64, f: Fields, cx: &mut Cx<'_>) -> bool {
+        let now = cx.now();
+        let Some(s) = seq
+            .checked_sub(self.snd_una)
+            .and_then(|i| self.sent.get_mut(i as usize))
+        else {
+            return false;
+        };
+        let Some(copy) = &s.msg else {
+            return false;
+        };
+        let mut m = cx.copy(copy);
+        cx.set(&mut m, f.ack, self.rcv_next);
+        if s.lost.take().is_some() {
+            self.in_flight += s.len;
+        }
+        s.xmit = now;
+        if !s.retransmitted {
+            s.retransmitted = true;
+        }
+        let len = s.len;
+        self.resent.retain(|&r| r != seq);
+        self.resent.push_back(seq);
+        self.on_transmit(now, len);
+        self.ack_sent();
+        cx.send_down(m);
+        true
+    }
+
+    /// Send what the window and the pacer allow: lost messages first, then the backlog.
+    fn pump(&mut self, f: Fields, cx: &mut Cx<'_>) {
+        let now = cx.now();
+        self.pace_at = None;
+        while let Some(&seq) = self.lost.front() {
+            let Some(s) = seq
+                .checked_sub(self.snd_una)
+                .and_then(|i| self.sent.get(i as usize))
+                .filter(|s| s.lost.is_some() && !s.sacked)
+            else {
+                self.lost.pop_front();
+                continue;
+            };
+            let cause = s.lost.unwrap_or(Cause::Time);
+            match self.may_send(now, s.len, false) {
+                Ok(()) => {
+                    self.lost.pop_front();
+                    if self.resend(seq, f, cx) {
+                        cx.count_event(cause.event(), 1);
+                    }
+                }
+                Err(t) => {
+                    self.pace_at = t;
+                    return;
+                }
+            }
+        }
+        while let Some(m) = self.backlog.front() {
+            match self.may_send_new(now, m.len() as u64) {
+                Ok(()) => {
+                    if let Some(m) = self.backlog.pop_front() {
+                        self.send_data(m, f, cx);
+                    }
+                }
+                Err(t) => {
+                    self.pace_at = t;
+                    return;
+                }
+            }
         }
     }
 
@@ -294,8 +641,28 @@ impl<const O: bool> Window<O> {
         self.ack_at = None;
     }
 
+    /// A standalone acknowledgement: the cumulative ack in the header, the highest ranges
+    /// received above it, the buffer and the delay in the body.
     fn send_ack(&mut self, f: Fields, cx: &mut Cx<'_>) {
+        let now = cx.now();
+        let delay = self.largest_rx.map_or(Duration::ZERO, |(_, t)| now.since(t));
+        let mut frame = AckFrame::new(
+            delay.as_micros().min(u128::from(u32::MAX)) as u32,
+            self.cfg.ceiling.min(u64::from(u32::MAX)) as u32,
+        );
+        let top: Vec<(u64, u64)> = self
+            .ranges
+            .iter()
+            .rev()
+            .take(MAX_RANGES)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for &(s, e) in top.iter().rev() {
+            let off = |x: u64| x.saturating_sub(self.rcv_next).min(u64::from(MAX_OFFSET)) as u32;
+            frame.push(off(s), off(e));
+        }
         let mut m = cx.new_packet();
+        frame.write(m.push_back(frame.encoded_len()));
         cx.set(&mut m, f.kind, KIND_ACK);
         cx.set(&mut m, f.seq, self.snd_next);
         cx.set(&mut m, f.ack, self.rcv_next);
@@ -304,68 +671,246 @@ impl<const O: bool> Window<O> {
         self.ack_sent();
     }
 
-    /// Consume a cumulative ack; release acknowledged copies; fill the window from the backlog.
-    fn on_ack(&mut self, wire_ack: u64, f: Fields, cx: &mut Cx<'_>) {
-        let d = Self::unwrap_seq(self.snd_una, wire_ack);
-        if d > 0 && d as usize <= self.unacked.len() {
-            let mut sample = None;
-            for _ in 0..d {
-                if let Some(m) = self.unacked.pop_front() {
-                    cx.free(m);
-                }
-                if let Some(Some(t)) = self.sent_at.pop_front() {
-                    sample = Some(cx.now().since(t));
-                }
-            }
-            self.snd_una += d as u64;
-            match sample {
-                Some(r) => self.rtt_sample(r),
-                // Progress without a sample (Karn: only retransmitted messages were
-                // acknowledged): the path works again, so the backoff ends.
-                None => self.rto = self.estimated_rto(),
-            }
-            self.rto_at = if self.unacked.is_empty() {
-                None
-            } else {
-                Some(cx.now() + self.rto)
-            };
+    /// Check an acknowledgement against what was sent, changing nothing: the cumulative
+    /// acknowledgement `cum` (absolute) and the frame's ranges (offsets from it).
+    fn check_ack(&self, cum: u64, frame: Option<&AckFrame>, _now: Time) -> Result<(), &'static str> {
+        if cum > self.snd_next {
+            return Err("ack.beyond_sent");
         }
-        while self.unacked.len() < self.cfg.size {
-            let Some(m) = self.backlog.pop_front() else {
+        for &(s, e) in frame.map_or(&[][..], |f| f.ranges()) {
+            let _ = s;
+            if cum + u64::from(e) > self.snd_next {
+                return Err("ack.beyond_sent");
+            }
+        }
+        Ok(())
+    }
+
+    /// The cumulative acknowledgement on a received message, placed in the sequence space. It
+    /// may be behind `snd_una` (an acknowledgement overtaken by a later one): its ranges are
+    /// offsets from it, not from `snd_una`.
+    fn cumulative(&self, wire_ack: u64) -> u64 {
+        let d = Self::unwrap_seq(self.snd_una, wire_ack);
+        self.snd_una.saturating_add_signed(d)
+    }
+
+    /// Mark message `seq` delivered (cumulatively or by a range); returns what the
+    /// controller and RACK need to know of it.
+    fn deliver_sent(s: &mut Sent, in_flight: &mut u64, cx: &mut Cx<'_>) -> Option<Acked> {
+        if s.sacked {
+            return None;
+        }
+        s.sacked = true;
+        if let Some(m) = s.msg.take() {
+            cx.free(m);
+        }
+        if s.lost.take().is_none() {
+            *in_flight = in_flight.saturating_sub(s.len);
+        }
+        Some(Acked {
+            xmit: s.xmit,
+            len: s.len,
+            retransmitted: s.retransmitted,
+            app_limited: s.app_limited,
+        })
+    }
+
+    /// Apply an acknowledgement that passed [`check_ack`](Self::check_ack).
+    fn on_ack(&mut self, cum: u64, frame: Option<&AckFrame>, cx: &mut Cx<'_>) {
+        let now = cx.now();
+        let mut newly = std::mem::take(&mut self.newly);
+        newly.clear();
+        while self.snd_una < cum {
+            let Some(mut s) = self.sent.pop_front() else {
                 break;
             };
-            self.send_data(m, f, cx);
-        }
-    }
-
-    /// RFC 6298's estimator: smoothed round trip and its variation give the timeout.
-    fn rtt_sample(&mut self, r: Duration) {
-        match self.srtt {
-            None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
+            if let Some(a) = Self::deliver_sent(&mut s, &mut self.in_flight, cx) {
+                newly.push((self.snd_una, a));
             }
-            Some(s) => {
-                let diff = s.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + diff) / 4;
-                self.srtt = Some((s * 7 + r) / 8);
+            self.span = self.span.saturating_sub(s.len);
+            self.snd_una += 1;
+        }
+        self.scan = self.scan.max(self.snd_una);
+        if let Some(frame) = frame {
+            self.peer_window = u64::from(frame.window);
+            for &(s, e) in frame.ranges() {
+                let (start, end) = (cum + u64::from(s), cum + u64::from(e));
+                for seq in start.max(self.snd_una)..end {
+                    let i = (seq - self.snd_una) as usize;
+                    let Some(sent) = self.sent.get_mut(i) else {
+                        break;
+                    };
+                    if let Some(a) = Self::deliver_sent(sent, &mut self.in_flight, cx) {
+                        newly.push((seq, a));
+                    }
+                }
             }
         }
-        self.rto = self.estimated_rto();
-    }
-
-    /// The timeout the round-trip estimate gives (RFC 6298), without backoff; the first
-    /// timeout before any measurement.
-    fn estimated_rto(&self) -> Duration {
-        match self.srtt {
-            Some(s) => (s + self.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto),
-            None => self.cfg.rto,
+        if newly.is_empty() {
+            self.newly = newly;
+            return;
+        }
+        // The round trip from the newest transmission delivered, unless it was resent
+        // (Karn: which copy arrived is unknown).
+        let newest = newly.iter().max_by_key(|(_, a)| a.xmit).map(|&(_, a)| a);
+        if let Some(a) = newest.filter(|a| !a.retransmitted) {
+            let delay = frame.map_or(Duration::ZERO, |f| Duration::from_micros(u64::from(f.delay_us)));
+            self.rtt.update(now.since(a.xmit), delay.min(MAX_ACK_DELAY));
+        }
+        for &(seq, a) in &newly {
+            self.delivered += a.len;
+            self.largest_acked = Some(self.largest_acked.map_or(seq, |l| l.max(seq)));
+            // RACK (RFC 8985 §6.2): a resent message delivered sooner than the smallest round
+            // trip after its resend was the original's delivery; it says nothing of the resend.
+            let ambiguous = a.retransmitted
+                && self.rtt.min().is_some_and(|m| now.since(a.xmit) < m);
+            if !ambiguous && self.rack.is_none_or(|(x, _)| a.xmit >= x) {
+                self.rack = Some((a.xmit, now.since(a.xmit)));
+            }
+            if let Some(cc) = &mut self.cc {
+                cc.on_ack(now, a.xmit, a.len, a.app_limited, &self.rtt);
+            }
+        }
+        self.newly = newly;
+        self.probes = 0;
+        let app_limited = self.backlog.is_empty() && self.lost.is_empty();
+        if let Some(cc) = &mut self.cc {
+            cc.on_end_acks(now, self.in_flight, app_limited, self.delivered);
+        }
+        self.detect_losses(cx);
+        self.resent.retain(|&r| {
+            r >= self.snd_una && self.sent.get((r - self.snd_una) as usize).is_some_and(|s| !s.sacked)
+        });
+        if let Some(cc) = &self.cc {
+            self.pacer.set_rate(now, cc.pacing_rate(&self.rtt), self.mtu);
         }
     }
 
-    /// The smoothed round-trip time, once measured.
-    pub fn srtt(&self) -> Option<Duration> {
-        self.srtt
+    /// RACK: declare lost what was sent before the newest delivered message and has waited
+    /// a round trip plus the reordering window, or has three later messages delivered; arm
+    /// the loss timer for the first that may still arrive.
+    fn detect_losses(&mut self, cx: &mut Cx<'_>) {
+        let now = cx.now();
+        self.loss_at = None;
+        let Some((rack_xmit, rack_rtt)) = self.rack else {
+            return;
+        };
+        let reo = self.rtt.min().unwrap_or(rack_rtt) / 4;
+        let wait = rack_rtt.max(self.rtt.get_or(rack_rtt)) + reo;
+        let largest = self.largest_acked.unwrap_or(0);
+        let mut event: Option<(Time, Time, u64)> = None; // earliest, latest send, bytes
+        let mut judge = |s: &mut Sent, seq: u64, loss_at: &mut Option<Time>| -> Option<bool> {
+            if s.sacked || s.lost.is_some() {
+                return Some(true);
+            }
+            if s.xmit > rack_xmit {
+                return None;
+            }
+            let cause = if !s.retransmitted && largest >= seq + PACKET_THRESHOLD {
+                Some(Cause::Order)
+            } else if now >= s.xmit + wait {
+                Some(Cause::Time)
+            } else {
+                None
+            };
+            match cause {
+                Some(c) => {
+                    s.lost = Some(c);
+                    let (lo, hi, b) = event.unwrap_or((s.xmit, s.xmit, 0));
+                    event = Some((lo.min(s.xmit), hi.max(s.xmit), b + s.len));
+                    Some(true)
+                }
+                None => {
+                    let at = s.xmit + wait;
+                    *loss_at = Some(loss_at.map_or(at, |l: Time| l.min(at)));
+                    Some(false)
+                }
+            }
+        };
+        let mut lost_now = Vec::new();
+        // Never-resent messages, in sequence (= send) order from the scan point.
+        let mut seq = self.scan.max(self.snd_una);
+        while let Some(s) = self.sent.get_mut((seq - self.snd_una) as usize) {
+            if s.retransmitted && !s.sacked && s.lost.is_none() {
+                seq += 1;
+                continue;
+            }
+            let was_lost = s.lost.is_some();
+            match judge(s, seq, &mut self.loss_at) {
+                Some(true) => {
+                    if !was_lost && s.lost.is_some() {
+                        lost_now.push(seq);
+                    }
+                    if seq == self.scan {
+                        self.scan += 1;
+                    }
+                    seq += 1;
+                }
+                Some(false) | None => break,
+            }
+        }
+        // Resent messages, in resend order.
+        for &r in &self.resent {
+            let Some(s) = r
+                .checked_sub(self.snd_una)
+                .and_then(|i| self.sent.get_mut(i as usize))
+            else {
+                continue;
+            };
+            let was_lost = s.lost.is_some();
+            match judge(s, r, &mut self.loss_at) {
+                Some(true) => {
+                    if !was_lost && s.lost.is_some() {
+                        lost_now.push(r);
+                    }
+                }
+                Some(false) | None => break,
+            }
+        }
+        let Some((earliest, latest, bytes)) = event else {
+            return;
+        };
+        for seq in lost_now {
+            if let Some(s) = self.sent.get((seq - self.snd_una) as usize) {
+                self.in_flight = self.in_flight.saturating_sub(s.len);
+            }
+            self.lost.push_back(seq);
+        }
+        self.resent.retain(|&r| {
+            r.checked_sub(self.snd_una)
+                .and_then(|i| self.sent.get(i as usize))
+                .is_some_and(|s| s.lost.is_none())
+        });
+        // Persistent congestion (RFC 9002 §7.6): losses spanning three probe timeouts.
+        let persistent =
+            self.rtt.smoothed().is_some() && latest.since(earliest) > self.pto_base() * 3;
+        if let Some(cc) = &mut self.cc {
+            cc.on_congestion_event(now, latest, persistent, bytes);
+        }
+        cx.count_event("loss.events", 1);
+    }
+
+    /// The probe timeout fired: send one probe — new data if any waits, else the newest
+    /// message not delivered — and back off.
+    fn on_probe_timeout(&mut self, f: Fields, cx: &mut Cx<'_>) {
+        self.probes += 1;
+        if let Some(m) = self.backlog.pop_front() {
+            if self.sent.len() < self.cfg.size {
+                self.send_data(m, f, cx);
+                return;
+            }
+            self.backlog.push_front(m);
+        }
+        let newest = (0..self.sent.len())
+            .rev()
+            .find(|&i| !self.sent[i].sacked)
+            .map(|i| self.snd_una + i as u64);
+        if let Some(seq) = newest {
+            if self.resend(seq, f, cx) {
+                cx.count_event("retransmit.probe", 1);
+            }
+        }
+        self.lost.retain(|&l| l != newest.unwrap_or(u64::MAX));
     }
 
     fn ack_soon(&mut self, now: Time) {
@@ -374,6 +919,50 @@ impl<const O: bool> Window<O> {
             self.ack_at = Some(now + self.cfg.ack_delay);
         }
     }
+
+    /// Whether enough arrived to acknowledge at once: half the window of the seed's window;
+    /// every second message under a controller (RFC 9000 §13.2.2), so the sender's window
+    /// grows and its round-trip samples come at the rate data arrives.
+    fn ack_now(&self) -> bool {
+        if self.cc.is_none() {
+            return self.unacked_rx * 2 >= self.cfg.size;
+        }
+        self.unacked_rx >= 2
+    }
+
+    /// Whether message `seq` (ahead of `rcv_next`) of `len` bytes may wait in the buffer.
+    fn may_buffer(&self, d: u64, len: u64) -> bool {
+        if self.cc.is_none() {
+            return d < self.cfg.size as u64;
+        }
+        d < MAX_IN_FLIGHT as u64 && self.ooo_bytes + len <= self.cfg.ceiling
+    }
+
+    /// Buffer message `seq` above a gap and add it to the ranges.
+    fn buffer(&mut self, seq: u64, m: Msg, cx: &mut Cx<'_>) {
+        self.ooo_bytes += m.len() as u64;
+        self.ooo.insert(seq, m);
+        // Join the range ending at `seq` and the one starting after it.
+        let before = self
+            .ranges
+            .range(..=seq)
+            .next_back()
+            .filter(|&(_, &e)| e == seq)
+            .map(|(&s, _)| s);
+        let after = self.ranges.remove(&(seq + 1));
+        let start = before.unwrap_or(seq);
+        self.ranges.insert(start, after.unwrap_or(seq + 1));
+        cx.record_peak("rcv.buffered_peak", self.ooo_bytes);
+    }
+}
+
+/// What a delivered message tells the controller and RACK.
+#[derive(Clone, Copy, Debug)]
+struct Acked {
+    xmit: Time,
+    len: u64,
+    retransmitted: bool,
+    app_limited: bool,
 }
 
 impl<const O: bool> Layer for Window<O> {
@@ -411,19 +1000,17 @@ impl<const O: bool> Layer for Window<O> {
     }
 
     fn holds_unacked(&self) -> bool {
-        !self.unacked.is_empty() || !self.backlog.is_empty()
+        !self.sent.is_empty() || !self.backlog.is_empty()
     }
 
     fn shrink(&mut self) {
-        if self.unacked.is_empty() {
-            self.unacked.shrink_to_fit();
-            self.sent_at.shrink_to_fit();
+        if self.sent.is_empty() {
+            self.sent.shrink_to_fit();
+            self.lost.shrink_to_fit();
+            self.resent.shrink_to_fit();
         }
         if self.backlog.is_empty() {
             self.backlog.shrink_to_fit();
-        }
-        if self.ooo.iter().all(Option::is_none) {
-            self.ooo = Vec::new();
         }
     }
 
@@ -431,7 +1018,7 @@ impl<const O: bool> Layer for Window<O> {
         let Some(f) = self.f else {
             return Verdict::Continue;
         };
-        if self.full() {
+        if self.full(pkt.now(), pkt.header().len() as u64 + pkt.body().len() as u64) {
             cold::<O>();
             return Verdict::Absorb;
         }
@@ -450,7 +1037,7 @@ impl<const O: bool> Layer for Window<O> {
     fn post_send(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
         match h {
             Handoff::Passed { copy: Some(c) } => {
-                self.sent(c, cx.now());
+                self.sent(c, cx);
                 if let Some(f) = self.f {
                     self.acked_up_to(hdr.get(f.ack), cx.now());
                 }
@@ -458,7 +1045,12 @@ impl<const O: bool> Layer for Window<O> {
             Handoff::Passed { copy: None } => {}
             Handoff::Absorbed(m) => {
                 cold::<O>();
-                self.backlog.push_back(m)
+                self.backlog.push_back(m);
+                if let Some(f) = self.f {
+                    // Room may have come back since the message was refused (the pacer's
+                    // tokens grow with time).
+                    self.pump(f, cx);
+                }
             }
         }
         self.rearm(cx);
@@ -483,7 +1075,20 @@ impl<const O: bool> Layer for Window<O> {
         }
         match pkt.get(f.kind) {
             KIND_DATA if pkt.get(f.seq) == self.rcv_next & SEQ_MASK => Verdict::Continue,
-            KIND_DATA | KIND_ACK => Verdict::Absorb,
+            KIND_DATA => Verdict::Absorb,
+            KIND_ACK => {
+                // Refused whole, before any state changes: a body that does not parse, or
+                // that acknowledges what was not sent or cannot have arrived.
+                let frame = AckFrame::parse(pkt.body());
+                let cum = self.cumulative(pkt.get(f.ack));
+                match frame {
+                    Ok(fr) if self.check_ack(cum, Some(&fr), pkt.now()).is_ok() => Verdict::Absorb,
+                    _ => {
+                        cold::<O>();
+                        Verdict::Drop(DropReason::BadAck)
+                    }
+                }
+            }
             _ => {
                 cold::<O>();
                 Verdict::Drop(DropReason::Malformed)
@@ -493,47 +1098,80 @@ impl<const O: bool> Layer for Window<O> {
 
     fn post_deliver(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
         let Some(f) = self.f else { return };
-        self.on_ack(hdr.get(f.ack), f, cx);
+        let now = cx.now();
+        let cum = self.cumulative(hdr.get(f.ack));
+        let is_ack = hdr.get(f.kind) == KIND_ACK;
+        if is_ack {
+            let Handoff::Absorbed(m) = h else {
+                self.rearm(cx);
+                return;
+            };
+            let frame = m
+                .data()
+                .get(cx.header_len()..)
+                .and_then(|b| AckFrame::parse(b).ok());
+            // Checked in the pre-phase; checked again because post-processing may run later
+            // (deferred), after other acknowledgements moved the state on.
+            match self.check_ack(cum, frame.as_ref(), now) {
+                Ok(()) => self.on_ack(cum, frame.as_ref(), cx),
+                Err(why) => cx.count_event(why, 1),
+            }
+            cx.free(m);
+            self.pump(f, cx);
+            self.rearm(cx);
+            return;
+        }
+        // Data: the gossip acknowledgement first. A lying one is ignored (the data is
+        // delivered: it passed every layer below), and counted.
+        match self.check_ack(cum, None, now) {
+            Ok(()) => self.on_ack(cum, None, cx),
+            Err(why) => cx.count_event(why, 1),
+        }
         match h {
             Handoff::Passed { .. } => {
                 // The in-order message went up.
+                self.largest_rx = Some((self.rcv_next, now));
                 self.rcv_next += 1;
-                self.ack_soon(cx.now());
-                let w = self.cfg.size;
-                while let Some(m) = self
-                    .ooo
-                    .get_mut((self.rcv_next % w as u64) as usize)
-                    .and_then(Option::take)
-                {
+                self.ack_soon(now);
+                while let Some(m) = self.ooo.remove(&self.rcv_next) {
+                    self.ooo_bytes -= m.len() as u64;
                     self.rcv_next += 1;
                     self.unacked_rx += 1;
                     cx.deliver_up(m);
                 }
-                if self.unacked_rx * 2 >= w {
+                while let Some((&s, &e)) = self.ranges.first_key_value() {
+                    if s >= self.rcv_next {
+                        break;
+                    }
+                    self.ranges.remove(&s);
+                    if e > self.rcv_next {
+                        self.ranges.insert(self.rcv_next, e);
+                    }
+                }
+                if self.ack_now() {
                     self.send_ack(f, cx);
                 }
             }
-            Handoff::Absorbed(m) if hdr.get(f.kind) == KIND_DATA => {
+            Handoff::Absorbed(m) => {
                 // Out of order or a duplicate: loss, reordering or a lost ack.
                 cold::<O>();
                 let d = Self::unwrap_seq(self.rcv_next, hdr.get(f.seq));
-                let w = self.cfg.size;
+                let len = m.len() as u64;
                 if d < 0 {
                     // Already delivered: the peer missed our ack.
                     cx.count_drop(DropReason::Duplicate);
                     cx.free(m);
                     self.send_ack(f, cx);
-                } else if (d as usize) < w {
+                } else if self.may_buffer(d as u64, len) {
                     let seq = self.rcv_next + d as u64;
-                    if self.ooo.is_empty() {
-                        self.ooo.resize_with(w, || None);
-                    }
-                    let slot = &mut self.ooo[(seq % w as u64) as usize];
-                    if slot.is_none() {
-                        *slot = Some(m);
-                    } else {
+                    if self.ooo.contains_key(&seq) {
                         cx.count_drop(DropReason::Duplicate);
                         cx.free(m);
+                    } else {
+                        if self.largest_rx.is_none_or(|(l, _)| seq > l) {
+                            self.largest_rx = Some((seq, now));
+                        }
+                        self.buffer(seq, m, cx);
                     }
                     // A gap: tell the sender where we are at once.
                     self.send_ack(f, cx);
@@ -542,8 +1180,8 @@ impl<const O: bool> Layer for Window<O> {
                     cx.free(m);
                 }
             }
-            Handoff::Absorbed(m) => cx.free(m), // an ack: consumed above
         }
+        self.pump(f, cx);
         self.rearm(cx);
     }
 
@@ -569,22 +1207,38 @@ impl<const O: bool> Layer for Window<O> {
     fn on_timer(&mut self, cx: &mut Cx<'_>) {
         let Some(f) = self.f else { return };
         let now = cx.now();
-        if self.rto_at.is_some_and(|t| t <= now) {
-            // A retransmission timeout: loss.
+        if self.loss_at.is_some_and(|t| t <= now) {
             cold::<O>();
-            for i in 0..self.unacked.len() {
-                let mut m = cx.copy(&self.unacked[i]);
-                cx.set(&mut m, f.ack, self.rcv_next);
-                cx.send_down(m);
-            }
-            self.sent_at.iter_mut().for_each(|t| *t = None);
-            self.ack_sent();
-            self.rto = (self.rto * 2).min(self.cfg.max_rto);
-            self.rto_at = (!self.unacked.is_empty()).then(|| now + self.rto);
+            self.detect_losses(cx);
+        }
+        if self.pto_at().is_some_and(|t| t <= now) {
+            cold::<O>();
+            self.on_probe_timeout(f, cx);
         }
         if self.ack_at.is_some_and(|t| t <= now) {
             self.send_ack(f, cx);
         }
+        self.pump(f, cx);
         self.rearm(cx);
+    }
+}
+
+/// The `window` spec's argument: a message count (the seed's window) or a controller's name
+/// (`cubic`, `newreno`, `bbr`); none: CUBIC.
+pub fn from_spec(args: Option<&str>) -> Result<Window, String> {
+    match args.map(str::trim) {
+        None | Some("") => Ok(Window::with_controller(Algorithm::Cubic.build(INITIAL_MTU))),
+        Some(a) => {
+            if let Some(alg) = Algorithm::parse(a) {
+                return Ok(Window::with_controller(alg.build(INITIAL_MTU)));
+            }
+            match a.parse::<usize>() {
+                Ok(n) if (1..=1024).contains(&n) => Ok(Window::new(n)),
+                Ok(n) => Err(format!("{n} is outside 1..=1024")),
+                Err(_) => Err(format!(
+                    "`{a}` is neither a message count nor a controller (cubic, newreno, bbr)"
+                )),
+            }
+        }
     }
 }
