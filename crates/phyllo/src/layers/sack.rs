@@ -23,9 +23,9 @@ pub const MAX_RANGES: usize = 32;
 /// Bytes in front of the ranges.
 const FIXED: usize = 9;
 
-/// The largest offset a range may reach: the `window` layer's sequence space is 24 bits
+/// The largest offset a range may reach: the `window` layer's sequence space is 20 bits
 /// and at most a quarter of it is in flight.
-pub const MAX_OFFSET: u32 = 1 << 22;
+pub const MAX_OFFSET: u32 = 1 << 18;
 
 /// Why an acknowledgement's body was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

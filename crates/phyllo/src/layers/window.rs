@@ -43,8 +43,10 @@
 //! otherwise within `ack_delay` unless data going the other way carries the acknowledgement
 //! first.
 //!
-//! Sequence numbers are 24 bits on the wire, 64 bits in the state; with at most 2^22
-//! messages in flight the receiver places every wire value unambiguously.
+//! Sequence numbers are 20 bits on the wire (the seed's window had 16; the compact header grows
+//! by one byte, to 16 bytes for `frag:window:seal`), 64 bits in the state; with at most 2^18
+//! messages in flight (262 144: 16 MiB of 64-byte messages) the receiver places every wire
+//! value unambiguously.
 
 use super::sack::{AckFrame, MAX_OFFSET, MAX_RANGES};
 use crate::congestion::{Algorithm, Controller, Pacer, RttEstimator};
@@ -59,7 +61,7 @@ use std::time::Duration;
 
 const KIND_DATA: u64 = 0;
 const KIND_ACK: u64 = 1;
-const SEQ_BITS: u8 = 24;
+const SEQ_BITS: u8 = 20;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
 /// Messages in flight at most under a controller (a quarter of the sequence space).
@@ -206,10 +208,10 @@ struct Sent {
     /// The retransmission copy (header area and body); `None` once selectively acknowledged.
     msg: Option<Msg>,
     len: u64,
-    /// The first transmission.
-    first: Time,
-    /// The latest transmission.
+    /// The latest transmission: when, and its place in the order of all transmissions
+    /// (RACK's "sent before", which send times alone cannot tell at one instant).
     xmit: Time,
+    order: u64,
     retransmitted: bool,
     sacked: bool,
     /// Declared lost and not resent since.
@@ -251,8 +253,11 @@ pub struct Window<const O: bool = false> {
     peer_window: u64,
     /// The largest message sent (the controller's datagram size).
     mtu: u64,
-    /// RACK: the latest send time of a delivered message, and the round trip it measured.
-    rack: Option<(Time, Duration)>,
+    /// Transmissions so far (data and resends).
+    transmissions: u64,
+    /// RACK: the latest transmission delivered (its order and send time), and the round trip
+    /// it measured.
+    rack: Option<(u64, Time, Duration)>,
     largest_acked: Option<u64>,
     loss_at: Option<Time>,
     pace_at: Option<Time>,
@@ -326,6 +331,7 @@ impl<const O: bool> Window<O> {
             pacer: Pacer::new(),
             peer_window: ceiling,
             mtu: INITIAL_MTU,
+            transmissions: 0,
             rack: None,
             largest_acked: None,
             loss_at: None,
@@ -384,7 +390,7 @@ impl<const O: bool> Window<O> {
         self.ooo_bytes
     }
 
-    /// Place a 24-bit wire value relative to `base` (the value within ±2^23 of it).
+    /// Place a 20-bit wire value relative to `base` (the value within ±2^19 of it).
     fn unwrap_seq(base: u64, wire: u64) -> i64 {
         let d = wire.wrapping_sub(base) & SEQ_MASK;
         if d >= 1 << (SEQ_BITS - 1) {
@@ -527,8 +533,8 @@ impl<const O: bool> Window<O> {
         self.sent.push_back(Sent {
             msg: Some(copy),
             len,
-            first: now,
             xmit: now,
+            order: self.transmissions,
             retransmitted: false,
             sacked: false,
             lost: None,
@@ -541,6 +547,7 @@ impl<const O: bool> Window<O> {
 
     /// A datagram of `len` bytes left at `now`.
     fn on_transmit(&mut self, now: Time, len: u64) {
+        self.transmissions += 1;
         self.pacer.spend(now, len);
         self.last_sent = Some(now);
         if let Some(cc) = &mut self.cc {
@@ -566,9 +573,8 @@ impl<const O: bool> Window<O> {
             self.in_flight += s.len;
         }
         s.xmit = now;
-        if !s.retransmitted {
-            s.retransmitted = true;
-        }
+        s.order = self.transmissions;
+        s.retransmitted = true;
         let len = s.len;
         self.resent.retain(|&r| r != seq);
         self.resent.push_back(seq);
@@ -709,6 +715,7 @@ impl<const O: bool> Window<O> {
         }
         Some(Acked {
             xmit: s.xmit,
+            order: s.order,
             len: s.len,
             retransmitted: s.retransmitted,
             app_limited: s.app_limited,
@@ -764,8 +771,8 @@ impl<const O: bool> Window<O> {
             // trip after its resend was the original's delivery; it says nothing of the resend.
             let ambiguous = a.retransmitted
                 && self.rtt.min().is_some_and(|m| now.since(a.xmit) < m);
-            if !ambiguous && self.rack.is_none_or(|(x, _)| a.xmit >= x) {
-                self.rack = Some((a.xmit, now.since(a.xmit)));
+            if !ambiguous && self.rack.is_none_or(|(o, _, _)| a.order > o) {
+                self.rack = Some((a.order, a.xmit, now.since(a.xmit)));
             }
             if let Some(cc) = &mut self.cc {
                 cc.on_ack(now, a.xmit, a.len, a.app_limited, &self.rtt);
@@ -792,18 +799,20 @@ impl<const O: bool> Window<O> {
     fn detect_losses(&mut self, cx: &mut Cx<'_>) {
         let now = cx.now();
         self.loss_at = None;
-        let Some((rack_xmit, rack_rtt)) = self.rack else {
+        let Some((rack_order, _, rack_rtt)) = self.rack else {
             return;
         };
+        // A round trip plus a quarter of the smallest (reordering), at least a millisecond
+        // (RFC 9002's timer granularity).
         let reo = self.rtt.min().unwrap_or(rack_rtt) / 4;
-        let wait = rack_rtt.max(self.rtt.get_or(rack_rtt)) + reo;
+        let wait = (rack_rtt.max(self.rtt.get_or(rack_rtt)) + reo).max(Duration::from_millis(1));
         let largest = self.largest_acked.unwrap_or(0);
         let mut event: Option<(Time, Time, u64)> = None; // earliest, latest send, bytes
         let mut judge = |s: &mut Sent, seq: u64, loss_at: &mut Option<Time>| -> Option<bool> {
             if s.sacked || s.lost.is_some() {
                 return Some(true);
             }
-            if s.xmit > rack_xmit {
+            if s.order > rack_order {
                 return None;
             }
             let cause = if !s.retransmitted && largest >= seq + PACKET_THRESHOLD {
@@ -960,6 +969,7 @@ impl<const O: bool> Window<O> {
 #[derive(Clone, Copy, Debug)]
 struct Acked {
     xmit: Time,
+    order: u64,
     len: u64,
     retransmitted: bool,
     app_limited: bool,
