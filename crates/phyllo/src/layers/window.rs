@@ -29,12 +29,14 @@
 //! Retransmissions are counted by cause in the layer's events: `retransmit.time`,
 //! `retransmit.order`, `retransmit.probe`.
 //!
-//! **Bad acknowledgements are refused and counted** ([`DropReason::BadAck`], and the events
-//! `ack.malformed`, `ack.beyond_sent`, `ack.optimistic`): malformed or overlapping ranges,
-//! ranges or a cumulative acknowledgement beyond what was sent, and acknowledgements of a
-//! message sent less than half the smallest measured round trip ago (it cannot have arrived:
-//! a peer acknowledging ahead of delivery to inflate the window). A refused acknowledgement
-//! changes no state. A peer's advertised buffer is only ever a limit below this end's ceiling.
+//! **Bad acknowledgements are refused and counted** ([`DropReason::BadAck`]; an acknowledgement
+//! piggybacked on data is ignored and counted as the event `ack.beyond_sent` or
+//! `ack.optimistic`): malformed or overlapping ranges, ranges or a cumulative acknowledgement
+//! beyond what was sent, and acknowledgements of a message that was never sent. For the last,
+//! a sender in bulk holds back about one new message in 2048 for a round trip (numbered, not
+//! sent), as QUIC skips packet numbers: a peer acknowledging ahead of delivery, to inflate the
+//! window, acknowledges it and is caught. A refused acknowledgement changes no state. A peer's
+//! advertised buffer is only ever a limit below this end's ceiling.
 //!
 //! **Receiver memory is bounded**: messages above a gap wait in a buffer of at most the
 //! ceiling in bytes (beyond it they are dropped, counted `OutOfWindow`); the peak is recorded
@@ -69,6 +71,13 @@ pub const MAX_IN_FLIGHT: usize = MAX_OFFSET as usize;
 
 /// The default ceiling of bytes in flight and of the receiver's buffer: 16 MiB.
 pub const DEFAULT_CEILING: u64 = 16 << 20;
+
+/// One new message in this many (in bulk) is held back a round trip ([`Window`]'s check for
+/// optimistic acknowledgements).
+const SKIP_ONE_IN: u64 = 2048;
+
+/// Transmissions after a held message before it may leave.
+const HOLD_FOR: u64 = 16;
 
 /// Later messages delivered before an earlier one counts as lost (RFC 9002 §6.1.1).
 const PACKET_THRESHOLD: u64 = 3;
@@ -216,6 +225,8 @@ struct Sent {
     sacked: bool,
     /// Declared lost and not resent since.
     lost: Option<Cause>,
+    /// Held back on purpose and not yet sent (the check for optimistic acknowledgements).
+    held: bool,
     /// Sent while the sender had less in flight than the window allowed.
     app_limited: bool,
 }
@@ -263,6 +274,13 @@ pub struct Window<const O: bool = false> {
     pace_at: Option<Time>,
     last_sent: Option<Time>,
     probes: u32,
+    /// A message held back, and when it may leave (a round trip later, and after
+    /// [`HOLD_FOR`] more transmissions or when nothing else waits): an acknowledgement that
+    /// covers it before then acknowledges what was never sent.
+    held: Option<(u64, Time, u64)>,
+    /// The generator that picks which messages are held back (xorshift, seeded from the
+    /// session's keys so a peer cannot predict it).
+    skip_state: u64,
     /// Whether this layer holds the accelerator's send header disabled.
     send_disabled: bool,
     // Receiver.
@@ -338,6 +356,8 @@ impl<const O: bool> Window<O> {
             pace_at: None,
             last_sent: None,
             probes: 0,
+            held: None,
+            skip_state: 0x9e37_79b9_7f4a_7c15,
             send_disabled: false,
             rcv_next: 0,
             ooo: BTreeMap::new(),
@@ -479,7 +499,8 @@ impl<const O: bool> Window<O> {
 
     fn rearm(&mut self, cx: &mut Cx<'_>) {
         self.sync_disable(cx);
-        let due = [self.pto_at(), self.loss_at, self.ack_at, self.pace_at]
+        let held = self.held.map(|(_, t, _)| t);
+        let due = [self.pto_at(), self.loss_at, self.ack_at, self.pace_at, held]
             .into_iter()
             .flatten()
             .min();
@@ -507,9 +528,78 @@ impl<const O: bool> Window<O> {
         cx.set(&mut m, f.seq, self.snd_next);
         cx.set(&mut m, f.ack, self.rcv_next);
         self.stamp(&mut m, f, KIND_DATA, self.snd_next, cx);
+        if self.hold_this_one() {
+            // Numbered and kept, not sent: it leaves a round trip later.
+            let until = cx.now() + self.rtt.get_or(Duration::ZERO);
+            self.held = Some((self.snd_next, until, self.transmissions + HOLD_FOR));
+            self.sent(m, cx);
+            if let Some(s) = self.sent.back_mut() {
+                s.held = true;
+                s.order = u64::MAX;
+                self.in_flight -= s.len;
+            }
+            self.transmissions -= 1;
+            cx.count_event("ack_check.held", 1);
+            return;
+        }
         let copy = cx.copy(&m);
         self.sent(copy, cx);
         self.ack_sent();
+        cx.send_down(m);
+    }
+
+    /// Whether to hold back the next new message (about one in [`SKIP_ONE_IN`], only in bulk:
+    /// under a controller whose window holds 32 datagrams or more, with a round trip
+    /// measured, and none held already). Like QUIC's skipped packet numbers (RFC 9000 §21.4)
+    /// this exposes a peer that acknowledges ahead of delivery; it costs the messages after
+    /// the held one a round trip of delay at the receiver, once in a few thousand.
+    fn hold_this_one(&mut self) -> bool {
+        let bulk = self
+            .cc
+            .as_ref()
+            .is_some_and(|c| c.window() >= 32 * self.mtu);
+        if !bulk || self.held.is_some() || self.rtt.smoothed().is_none() {
+            return false;
+        }
+        let mut x = self.skip_state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.skip_state = x;
+        x % SKIP_ONE_IN == 0
+    }
+
+    /// Send the held message once its time has come.
+    fn release_held(&mut self, cx: &mut Cx<'_>) {
+        let Some((seq, until, after)) = self.held else {
+            return;
+        };
+        // The count matters against a peer that acknowledges at once (its round trip is
+        // near zero); without more to send, the time alone.
+        let counted = self.transmissions >= after || self.backlog.is_empty();
+        if cx.now() < until || !counted {
+            return;
+        }
+        self.held = None;
+        let Some(s) = seq
+            .checked_sub(self.snd_una)
+            .and_then(|i| self.sent.get_mut(i as usize))
+        else {
+            return;
+        };
+        let Some(copy) = &s.msg else {
+            return;
+        };
+        let m = cx.copy(copy);
+        s.held = false;
+        // Sent out of sequence order: RACK watches it with the resent ones.
+        s.retransmitted = true;
+        s.xmit = cx.now();
+        s.order = self.transmissions;
+        self.in_flight += s.len;
+        let len = s.len;
+        self.resent.push_back(seq);
+        self.on_transmit(cx.now(), len);
         cx.send_down(m);
     }
 
@@ -538,6 +628,7 @@ impl<const O: bool> Window<O> {
             retransmitted: false,
             sacked: false,
             lost: None,
+            held: false,
             app_limited,
         });
         self.in_flight += len;
@@ -569,8 +660,11 @@ impl<const O: bool> Window<O> {
         };
         let mut m = cx.copy(copy);
         cx.set(&mut m, f.ack, self.rcv_next);
-        if s.lost.take().is_some() {
+        if s.lost.take().is_some() || std::mem::take(&mut s.held) {
             self.in_flight += s.len;
+        }
+        if self.held.is_some_and(|(h, _, _)| h == seq) {
+            self.held = None;
         }
         s.xmit = now;
         s.order = self.transmissions;
@@ -620,10 +714,11 @@ impl<const O: bool> Window<O> {
                 }
                 Err(t) => {
                     self.pace_at = t;
-                    return;
+                    break;
                 }
             }
         }
+        self.release_held(cx);
     }
 
     /// A data message left at `now` carrying the cumulative ack `wire_ack` (gossip: with the
@@ -682,6 +777,18 @@ impl<const O: bool> Window<O> {
     fn check_ack(&self, cum: u64, frame: Option<&AckFrame>, _now: Time) -> Result<(), &'static str> {
         if cum > self.snd_next {
             return Err("ack.beyond_sent");
+        }
+        // The held message was never sent: whoever acknowledges it guessed.
+        if let Some((h, _, _)) = self.held {
+            let covered = cum > h
+                || frame.is_some_and(|f| {
+                    f.ranges()
+                        .iter()
+                        .any(|&(s, e)| (cum + u64::from(s)..cum + u64::from(e)).contains(&h))
+                });
+            if covered {
+                return Err("ack.optimistic");
+            }
         }
         for &(s, e) in frame.map_or(&[][..], |f| f.ranges()) {
             let _ = s;
@@ -840,7 +947,7 @@ impl<const O: bool> Window<O> {
         // Never-resent messages, in sequence (= send) order from the scan point.
         let mut seq = self.scan.max(self.snd_una);
         while let Some(s) = self.sent.get_mut((seq - self.snd_una) as usize) {
-            if s.retransmitted && !s.sacked && s.lost.is_none() {
+            if (s.retransmitted || s.held) && !s.sacked && s.lost.is_none() {
                 seq += 1;
                 continue;
             }
@@ -986,7 +1093,14 @@ impl<const O: bool> Layer for Window<O> {
         self.cfg.transport.is_none()
     }
 
-    fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
+    fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
+        if let Some(k) = &cx.session {
+            let mut seed = [0u8; 8];
+            seed.copy_from_slice(&k.initiator_to_responder()[..8]);
+            // Never zero (xorshift's fixed point); each direction its own sequence.
+            let role = u64::from(cx.role == crate::layer::Role::Initiator);
+            self.skip_state = (u64::from_le_bytes(seed) ^ role.wrapping_mul(0x9e37_79b9)) | 1;
+        }
         let transport = self.cfg.transport.map(|ports| Transport {
             sport: fields.add_field(FieldClass::ProtoSpecific, "sport", 16, None),
             dport: fields.add_field(FieldClass::ProtoSpecific, "dport", 16, None),

@@ -1,0 +1,199 @@
+//! Acknowledgements a peer forges or gets wrong are refused whole and counted, and change
+//! nothing: malformed and overlapping ranges, acknowledgements of what was never sent, of a
+//! message held back (optimistic), and an absurd advertised buffer.
+
+use phyllo::layer::DropReason;
+use phyllo::field::{read_bits, write_bits};
+use phyllo::layers::sack::AckFrame;
+use phyllo::{Config, Connection, Role, Time};
+use std::time::Duration;
+
+/// A sender and a receiver of the unprotected stack `window` (so a test can write datagrams).
+fn ends() -> (Connection, Connection) {
+    let a = Connection::from_spec("window", Config::new(Role::Initiator)).unwrap();
+    let b = Connection::from_spec("window", Config::new(Role::Responder)).unwrap();
+    (a, b)
+}
+
+fn at(ms: u64) -> Time {
+    Time(ms * 1_000_000)
+}
+
+/// Move everything `from` sends to `to` at `now`; the datagrams, for forging.
+fn carry(from: &mut Connection, to: &mut Connection, now: Time) -> Vec<Vec<u8>> {
+    let mut all = Vec::new();
+    while let Some(m) = from.poll_transmit() {
+        all.push(m.data().to_vec());
+        to.handle_datagram(now, m.data());
+        from.recycle(m);
+    }
+    while let Some(m) = to.poll_delivery() {
+        to.recycle(m);
+    }
+    all
+}
+
+fn bad_acks(c: &Connection) -> u64 {
+    c.stats()
+        .layers
+        .iter()
+        .map(|(_, l)| l.drops(DropReason::BadAck))
+        .sum()
+}
+
+/// An acknowledgement datagram: `header` (taken from a genuine one) with the body `body`.
+fn forged(header: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut d = header.to_vec();
+    d.extend_from_slice(body);
+    d
+}
+
+#[test]
+fn forged_acknowledgements_are_refused_whole_and_counted() {
+    let (mut a, mut b) = ends();
+    let hl = a.layout().header_len();
+    // Four messages out; the receiver gets 0, 2 and 3 (1 is lost), so it acknowledges 1
+    // cumulatively with a range 2..4 (offsets 1..3).
+    for i in 0..4u8 {
+        a.send(at(0), &[i; 100]).unwrap();
+    }
+    let mut data = Vec::new();
+    while let Some(m) = a.poll_transmit() {
+        data.push(m.data().to_vec());
+        a.recycle(m);
+    }
+    assert_eq!(data.len(), 4);
+    for (i, d) in data.iter().enumerate() {
+        if i != 1 {
+            b.handle_datagram(at(10), d);
+        }
+    }
+    let mut acks: Vec<Vec<u8>> = Vec::new();
+    while let Some(m) = b.poll_transmit() {
+        acks.push(m.data().to_vec());
+        b.recycle(m);
+    }
+    let ack = acks.last().expect("a gap is acknowledged at once").clone();
+    let frame = AckFrame::parse(&ack[hl..]).expect("a well-formed acknowledgement");
+    assert_eq!(frame.ranges(), &[(1, 3)]);
+    let header = &ack[..hl];
+    let body = |ranges: &[(u32, u32)], n: Option<u8>| {
+        let f = AckFrame::new(0, 16 << 20);
+        let mut v = vec![0u8; 9 + 8 * ranges.len()];
+        f.write(&mut v[..9]);
+        v[8] = n.unwrap_or(ranges.len() as u8);
+        for (i, (s, e)) in ranges.iter().enumerate() {
+            v[9 + 8 * i..13 + 8 * i].copy_from_slice(&s.to_le_bytes());
+            v[13 + 8 * i..17 + 8 * i].copy_from_slice(&e.to_le_bytes());
+        }
+        v
+    };
+    let cases: [(&str, Vec<u8>); 6] = [
+        ("overlapping ranges", body(&[(1, 3), (2, 3)], None)),
+        ("ranges out of order", body(&[(2, 3), (1, 2)], None)),
+        ("an empty range", body(&[(2, 2)], None)),
+        ("a range beyond what was sent", body(&[(1, 9)], None)),
+        ("a count that lies", body(&[(1, 2)], Some(3))),
+        ("a truncated body", body(&[(1, 2)], None)[..12].to_vec()),
+    ];
+    for (what, b) in &cases {
+        let before = (bad_acks(&a), a.stats().datagrams_out);
+        a.handle_datagram(at(20), &forged(header, b));
+        assert_eq!(bad_acks(&a), before.0 + 1, "{what}: refused and counted");
+        assert!(a.poll_transmit().is_none(), "{what}: nothing sent on it");
+        assert_eq!(a.stats().datagrams_out, before.1, "{what}");
+    }
+    // The genuine acknowledgement still works: message 1 is the only one outstanding, and it
+    // is resent once the loss is detected.
+    a.handle_datagram(at(20), &ack);
+    assert_eq!(bad_acks(&a), cases.len() as u64);
+    let mut resent = Vec::new();
+    for t in 20..200 {
+        a.handle_timeout(at(t));
+        while let Some(m) = a.poll_transmit() {
+            resent.push(m.data().to_vec());
+            a.recycle(m);
+        }
+        if !resent.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(resent, vec![data[1].clone()], "only the lost message is resent");
+}
+
+#[test]
+fn an_optimistic_peer_is_caught_by_the_held_back_message() {
+    // A bulk sender over a 20 ms round trip. For its first second the peer is honest; then a
+    // forger takes its place that acknowledges every message as soon as it is sent (the
+    // highest sequence number on the wire, plus one), without waiting for it to arrive, to
+    // make the sender send faster.
+    let (mut a, mut b) = ends();
+    let layout = a.layout().clone();
+    let (seq, ack) = (layout.find("seq").unwrap(), layout.find("ack").unwrap());
+    let hl = layout.header_len();
+    let mut now = at(0);
+    let mut wire: Vec<(Time, Vec<u8>)> = Vec::new();
+    let mut template: Option<Vec<u8>> = None;
+    let mut highest = 0u64;
+    let mut honest_refusals = None;
+    while now < at(4000) {
+        now = now + Duration::from_micros(500);
+        while a.send(now, &[7; 1000]).is_ok() {}
+        let forging = now >= at(1000);
+        if forging && honest_refusals.is_none() {
+            honest_refusals = Some(bad_acks(&a));
+        }
+        while let Some(m) = a.poll_transmit() {
+            let d = m.data().to_vec();
+            a.recycle(m);
+            if forging {
+                highest = highest.max(read_bits(&d[..hl], seq, layout.order()));
+            } else {
+                wire.push((now + Duration::from_millis(10), d));
+            }
+        }
+        if forging {
+            if let Some(mut f) = template.clone() {
+                write_bits(&mut f[..hl], ack, layout.order(), highest + 1);
+                a.handle_datagram(now, &f);
+            }
+        } else {
+            let due: Vec<Vec<u8>> = {
+                let (due, rest) = wire.drain(..).partition(|(t, _)| *t <= now);
+                wire = rest;
+                due.into_iter().map(|(_, d)| d).collect::<Vec<_>>()
+            };
+            for d in due {
+                b.handle_datagram(now, &d);
+            }
+            while let Some(m) = b.poll_delivery() {
+                b.recycle(m);
+            }
+            while let Some(m) = b.poll_transmit() {
+                // Acknowledgements come straight back (the delay is all on the way out).
+                if m.len() >= hl + 9 {
+                    // No ranges, no delay, the receiver's buffer as it says.
+                    let mut t = m.data()[..hl].to_vec();
+                    let mut body = [0u8; 9];
+                    AckFrame::new(0, 16 << 20).write(&mut body);
+                    t.extend_from_slice(&body);
+                    template = Some(t);
+                }
+                a.handle_datagram(now, m.data());
+                b.recycle(m);
+            }
+            b.handle_timeout(now);
+        }
+        a.handle_timeout(now);
+    }
+    let held: u64 = a.stats().layers.iter().map(|(_, l)| l.event_count("ack_check.held")).sum();
+    eprintln!("{} messages sent, {held} held back", a.stats().sent_msgs);
+    let honest = honest_refusals.unwrap();
+    let caught = bad_acks(&a) - honest;
+    eprintln!(
+        "honest second: {honest} refused; forged: {caught} refused of the forger's acknowledgements"
+    );
+    assert_eq!(honest, 0, "an honest peer's acknowledgements are never refused");
+    assert!(held > 0, "a bulk sender holds messages back");
+    assert!(caught > 0, "the forger acknowledged a held-back message and was caught");
+}
