@@ -366,10 +366,12 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     );
     eprintln!("{}", app_protocol::drops_line(c.node.endpoint()));
     let line = format!(
-        "{result} handshake_us={:.1} datagrams_out={} bytes_out={}",
+        "{result} handshake_us={:.1} datagrams_out={} bytes_out={} fast_msgs={} slow_msgs={}",
         s.handshake_time.unwrap_or(handshake).as_secs_f64() * 1e6,
         s.datagrams_out,
         s.bytes_out,
+        s.fast_msgs,
+        s.slow_msgs,
     );
     if args.json {
         println!("{}", json_line(&line));

@@ -9,10 +9,12 @@
 //! With `--rate`, each direction is also a bottleneck: a link of that rate with a FIFO queue
 //! in front of it that holds `--queue-ms` of the rate. A datagram waits for the ones ahead of
 //! it to be sent at the rate, then for the delay; one that finds the queue full is dropped
-//! (tail drop, counted), as a router's queue does.
+//! (tail drop, counted), as a router's queue does. It is the test support's bottleneck
+//! ([`Bottleneck`]), on the relay's clock: nanoseconds since the relay started.
 
 use anyhow::{Context, Result};
-use phyllo::faults::Faults;
+use phyllo::faults::{Bottleneck, Faults};
+use phyllo::Time;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
@@ -71,33 +73,11 @@ struct Impair {
     faults: Faults,
     delay: Duration,
     jitter: Duration,
-    /// The bottleneck of each direction (up, down), with `--rate`.
+    /// The bottleneck of each direction (up, down), with `--rate`, on the clock of `epoch`.
     bottleneck: [Option<Bottleneck>; 2],
+    /// When the relay started: the bottlenecks' [`Time`] counts nanoseconds from it.
+    epoch: Instant,
     counts: Counts,
-}
-
-/// A link of a fixed rate behind a FIFO queue of bounded delay, kept as the instant the link
-/// is busy until: a datagram leaves when those ahead of it have, and finds the queue full when
-/// they would keep it waiting longer than the queue holds.
-#[derive(Clone, Copy, Debug)]
-struct Bottleneck {
-    bytes_per_sec: f64,
-    queue: Duration,
-    busy_until: Option<Instant>,
-}
-
-impl Bottleneck {
-    /// When a datagram of `len` bytes arriving at `now` has crossed the link, or `None` if
-    /// the queue is full (it is dropped).
-    fn admit(&mut self, now: Instant, len: usize) -> Option<Instant> {
-        let start = self.busy_until.map_or(now, |b| b.max(now));
-        if start.saturating_duration_since(now) > self.queue {
-            return None;
-        }
-        let done = start + Duration::from_secs_f64(len as f64 / self.bytes_per_sec);
-        self.busy_until = Some(done);
-        Some(done)
-    }
 }
 
 /// What the relay did, printed when it stops.
@@ -129,11 +109,14 @@ impl Impair {
             },
             delay: ms(a.delay),
             jitter: ms(a.jitter),
-            bottleneck: [(a.rate > 0.0 && a.rate.is_finite()).then(|| Bottleneck {
-                bytes_per_sec: a.rate * 1e6 / 8.0,
-                queue: ms(a.queue_ms),
-                busy_until: None,
-            }); 2],
+            bottleneck: std::array::from_fn(|_| {
+                (a.rate > 0.0 && a.rate.is_finite()).then(|| {
+                    // Megabits to bytes per second, at least one (the float cast saturates).
+                    let bytes_per_sec = (a.rate * 1e6 / 8.0).round() as u64;
+                    Bottleneck::new(bytes_per_sec.max(1), ms(a.queue_ms))
+                })
+            }),
+            epoch: Instant::now(),
             counts: Counts::default(),
         }
     }
@@ -155,8 +138,12 @@ impl Impair {
             }
             c.reordered += u64::from(a.extra.is_some());
             let crossed = match &mut self.bottleneck[usize::from(!up)] {
-                Some(b) => match b.admit(now, d.len()) {
-                    Some(t) => t,
+                Some(b) => match b.admit(to_time(self.epoch, now), d.len()) {
+                    // Beyond what an `Instant` holds (centuries away): as good as now.
+                    Some(t) => self
+                        .epoch
+                        .checked_add(Duration::from_nanos(t.as_nanos()))
+                        .unwrap_or(now),
                     None => {
                         c.queue_dropped += 1;
                         continue;
@@ -170,6 +157,12 @@ impl Impair {
         c.lost += u64::from(fate.copies.iter().all(Option::is_none));
         at
     }
+}
+
+/// `at` on the sans-IO clock that counts nanoseconds since `epoch` (an instant before the
+/// epoch is the epoch; one 584 years after it, the clock's end).
+fn to_time(epoch: Instant, at: Instant) -> Time {
+    Time(u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Where a held datagram goes: to the service through a client's socket, or back to a client.
@@ -309,26 +302,46 @@ mod tests {
 
     #[test]
     fn the_bottleneck_spaces_datagrams_at_its_rate_and_drops_past_its_queue() {
-        // 1 MB/s and a 3 ms queue: a 1000-byte datagram takes 1 ms on the link.
-        let mut b = Bottleneck {
-            bytes_per_sec: 1e6,
-            queue: Duration::from_millis(3),
-            busy_until: None,
+        // 8 Mbit/s (1 MB/s) and a 3 ms queue: a 1000-byte datagram takes 1 ms on the link.
+        let args = RelayArgs {
+            listen: String::new(),
+            to: String::new(),
+            loss: 0.0,
+            delay: 0.0,
+            jitter: 0.0,
+            reorder: 0.0,
+            reorder_ms: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            seed: 1,
+            rate: 8.0,
+            queue_ms: 3.0,
+            print_addr: false,
         };
-        let t0 = Instant::now();
+        let mut imp = Impair::new(&args);
+        let t0 = imp.epoch + Duration::from_millis(7);
         let ms = |n: u64| Duration::from_millis(n);
         // A burst at t0: each leaves 1 ms after the one before; the queue holds 3 ms of
-        // waiting, so the sixth, which would wait 5 ms, is dropped.
-        let done: Vec<Option<Instant>> = (0..6).map(|_| b.admit(t0, 1000)).collect();
-        for (i, d) in done.iter().take(4).enumerate() {
-            assert_eq!(*d, Some(t0 + ms(i as u64 + 1)), "datagram {i}");
+        // waiting, so the fifth and sixth, which would wait 4 and 5 ms, are dropped.
+        let mut d = [0u8; 1000];
+        let done: Vec<Vec<Instant>> = (0..6).map(|_| imp.plan(t0, &mut d, true)).collect();
+        for (i, at) in done.iter().take(4).enumerate() {
+            assert_eq!(*at, [t0 + ms(i as u64 + 1)], "datagram {i}");
         }
-        assert_eq!(done[4], None, "waits 4 ms > 3 ms: dropped");
-        assert_eq!(done[5], None);
-        // Once the link is idle again a datagram goes through at once.
-        assert_eq!(
-            b.admit(t0 + ms(10), 500),
-            Some(t0 + ms(10) + Duration::from_micros(500))
+        assert!(
+            done[4].is_empty() && done[5].is_empty(),
+            "waits > 3 ms: dropped"
         );
+        assert_eq!(imp.counts.queue_dropped, 2);
+        // The other direction has a bottleneck of its own.
+        assert_eq!(imp.plan(t0, &mut d, false), [t0 + ms(1)]);
+        // Once the link is idle again a datagram goes through at once.
+        let mut half = [0u8; 500];
+        assert_eq!(
+            imp.plan(t0 + ms(10), &mut half, true),
+            [t0 + ms(10) + Duration::from_micros(500)]
+        );
+        // Before the epoch is the epoch.
+        assert_eq!(to_time(t0, imp.epoch), Time::ZERO);
     }
 }

@@ -2,8 +2,8 @@
 //! nothing: malformed and overlapping ranges, acknowledgements of what was never sent, of a
 //! message held back (optimistic), and an absurd advertised buffer.
 
-use phyllo::layer::DropReason;
 use phyllo::field::{read_bits, write_bits};
+use phyllo::layer::DropReason;
 use phyllo::layers::sack::AckFrame;
 use phyllo::{Config, Connection, Role, Time};
 use std::time::Duration;
@@ -118,7 +118,11 @@ fn forged_acknowledgements_are_refused_whole_and_counted() {
             break;
         }
     }
-    assert_eq!(resent, vec![data[1].clone()], "only the lost message is resent");
+    assert_eq!(
+        resent,
+        vec![data[1].clone()],
+        "only the lost message is resent"
+    );
 }
 
 #[test]
@@ -186,14 +190,25 @@ fn an_optimistic_peer_is_caught_by_the_held_back_message() {
         }
         a.handle_timeout(now);
     }
-    let held: u64 = a.stats().layers.iter().map(|(_, l)| l.event_count("ack_check.held")).sum();
+    let held: u64 = a
+        .stats()
+        .layers
+        .iter()
+        .map(|(_, l)| l.event_count("ack_check.held"))
+        .sum();
     eprintln!("{} messages sent, {held} held back", a.stats().sent_msgs);
     let honest = honest_refusals.unwrap();
     let caught = bad_acks(&a) - honest;
     eprintln!(
         "honest second: {honest} refused; forged: {caught} refused of the forger's acknowledgements"
     );
-    assert_eq!(honest, 0, "an honest peer's acknowledgements are never refused");
+    assert_eq!(
+        honest, 0,
+        "an honest peer's acknowledgements are never refused"
+    );
     assert!(held > 0, "a bulk sender holds messages back");
-    assert!(caught > 0, "the forger acknowledged a held-back message and was caught");
+    assert!(
+        caught > 0,
+        "the forger acknowledged a held-back message and was caught"
+    );
 }

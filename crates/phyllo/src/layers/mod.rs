@@ -3,8 +3,8 @@
 mod checksum;
 mod frag;
 pub mod gcm;
-mod seal;
 pub mod sack;
+mod seal;
 pub mod window;
 
 pub use checksum::Checksum;

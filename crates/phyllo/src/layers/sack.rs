@@ -172,8 +172,14 @@ mod tests {
             f.push(1, 2);
             bytes(&f)
         };
-        assert!(matches!(AckFrame::parse(&ok[..5]), Err(AckError::Length { .. })));
-        assert!(matches!(AckFrame::parse(&ok[..12]), Err(AckError::Length { .. })));
+        assert!(matches!(
+            AckFrame::parse(&ok[..5]),
+            Err(AckError::Length { .. })
+        ));
+        assert!(matches!(
+            AckFrame::parse(&ok[..12]),
+            Err(AckError::Length { .. })
+        ));
         let mut many = ok.clone();
         many[8] = 33;
         assert_eq!(AckFrame::parse(&many), Err(AckError::TooManyRanges(33)));
@@ -186,7 +192,10 @@ mod tests {
         assert!(matches!(range(0, 3), Err(AckError::BadRange { .. })));
         assert!(matches!(range(3, 3), Err(AckError::BadRange { .. })));
         assert!(matches!(range(5, 3), Err(AckError::BadRange { .. })));
-        assert!(matches!(range(1, MAX_OFFSET + 1), Err(AckError::BadRange { .. })));
+        assert!(matches!(
+            range(1, MAX_OFFSET + 1),
+            Err(AckError::BadRange { .. })
+        ));
         // Overlapping and touching ranges.
         let mut two = AckFrame::new(0, 0);
         two.push(1, 4);

@@ -283,6 +283,9 @@ pub struct Window<const O: bool = false> {
     skip_state: u64,
     /// Whether this layer holds the accelerator's send header disabled.
     send_disabled: bool,
+    /// Whether the window or the pacer said no since the last send (so the next send is not
+    /// application-limited).
+    blocked: bool,
     // Receiver.
     rcv_next: u64,
     /// Messages above a gap, and the ranges they form (start → end, exclusive).
@@ -359,6 +362,7 @@ impl<const O: bool> Window<O> {
             held: None,
             skip_state: 0x9e37_79b9_7f4a_7c15,
             send_disabled: false,
+            blocked: false,
             rcv_next: 0,
             ooo: BTreeMap::new(),
             ranges: BTreeMap::new(),
@@ -458,6 +462,13 @@ impl<const O: bool> Window<O> {
     /// §3.2: "when the send window of a sliding window protocol is full").
     fn sync_disable(&mut self, cx: &mut Cx<'_>) {
         let full = self.full(cx.now(), self.mtu);
+        self.blocked |= full;
+        // Held by the pacer alone: wake when it lets the next message go, so that the
+        // accelerator's backlog (which this layer does not see) leaves at the pacing rate,
+        // not at the next acknowledgement.
+        if let Err(Some(t)) = self.may_send_new(cx.now(), self.mtu) {
+            self.pace_at = Some(self.pace_at.map_or(t, |p| p.min(t)));
+        }
         if full != self.send_disabled {
             if full {
                 cx.raise_send_disable();
@@ -471,9 +482,7 @@ impl<const O: bool> Window<O> {
     /// The probe timeout without backoff (RFC 9002 §6.2.1).
     fn pto_base(&self) -> Duration {
         match self.rtt.smoothed() {
-            Some(s) => {
-                s + (self.rtt.var() * 4).max(Duration::from_millis(1)) + self.cfg.ack_delay
-            }
+            Some(s) => s + (self.rtt.var() * 4).max(Duration::from_millis(1)) + self.cfg.ack_delay,
             None => self.cfg.rto,
         }
     }
@@ -499,7 +508,8 @@ impl<const O: bool> Window<O> {
 
     fn rearm(&mut self, cx: &mut Cx<'_>) {
         self.sync_disable(cx);
-        let held = self.held.map(|(_, t, _)| t);
+        // The held message's time, while it is to come (after it, transmissions release it).
+        let held = self.held.map(|(_, t, _)| t).filter(|&t| t > cx.now());
         let due = [self.pto_at(), self.loss_at, self.ack_at, self.pace_at, held]
             .into_iter()
             .flatten()
@@ -566,7 +576,7 @@ impl<const O: bool> Window<O> {
         x ^= x >> 7;
         x ^= x << 17;
         self.skip_state = x;
-        x % SKIP_ONE_IN == 0
+        x.is_multiple_of(SKIP_ONE_IN)
     }
 
     /// Send the held message once its time has come.
@@ -575,8 +585,10 @@ impl<const O: bool> Window<O> {
             return;
         };
         // The count matters against a peer that acknowledges at once (its round trip is
-        // near zero); without more to send, the time alone.
-        let counted = self.transmissions >= after || self.backlog.is_empty();
+        // near zero). Without more to send, or when the held message pins the span at the
+        // peer's buffer (nothing more may be sent until it is delivered), the time alone.
+        let span_full = self.span + self.mtu > self.peer_window.min(self.cfg.ceiling);
+        let counted = self.transmissions >= after || self.backlog.is_empty() || span_full;
         if cx.now() < until || !counted {
             return;
         }
@@ -614,11 +626,16 @@ impl<const O: bool> Window<O> {
                 cc.on_mtu_update(len.min(u64::from(u16::MAX)) as u16);
             }
         }
-        let app_limited = self.backlog.is_empty()
+        // Application-limited: nothing held this send back since the last one (neither the
+        // window nor the pacer; with the accelerator the messages that wait are in its
+        // backlog, which this layer does not see) and the window is far from used.
+        let app_limited = !self.blocked
+            && self.backlog.is_empty()
             && self
                 .cc
                 .as_ref()
                 .is_some_and(|c| (self.in_flight + len) * 2 < c.window());
+        self.blocked = false;
         self.snd_next += 1;
         self.sent.push_back(Sent {
             msg: Some(copy),
@@ -746,7 +763,9 @@ impl<const O: bool> Window<O> {
     /// received above it, the buffer and the delay in the body.
     fn send_ack(&mut self, f: Fields, cx: &mut Cx<'_>) {
         let now = cx.now();
-        let delay = self.largest_rx.map_or(Duration::ZERO, |(_, t)| now.since(t));
+        let delay = self
+            .largest_rx
+            .map_or(Duration::ZERO, |(_, t)| now.since(t));
         let mut frame = AckFrame::new(
             delay.as_micros().min(u128::from(u32::MAX)) as u32,
             self.cfg.ceiling.min(u64::from(u32::MAX)) as u32,
@@ -774,7 +793,12 @@ impl<const O: bool> Window<O> {
 
     /// Check an acknowledgement against what was sent, changing nothing: the cumulative
     /// acknowledgement `cum` (absolute) and the frame's ranges (offsets from it).
-    fn check_ack(&self, cum: u64, frame: Option<&AckFrame>, _now: Time) -> Result<(), &'static str> {
+    fn check_ack(
+        &self,
+        cum: u64,
+        frame: Option<&AckFrame>,
+        _now: Time,
+    ) -> Result<(), &'static str> {
         if cum > self.snd_next {
             return Err("ack.beyond_sent");
         }
@@ -868,7 +892,9 @@ impl<const O: bool> Window<O> {
         // (Karn: which copy arrived is unknown).
         let newest = newly.iter().max_by_key(|(_, a)| a.xmit).map(|&(_, a)| a);
         if let Some(a) = newest.filter(|a| !a.retransmitted) {
-            let delay = frame.map_or(Duration::ZERO, |f| Duration::from_micros(u64::from(f.delay_us)));
+            let delay = frame.map_or(Duration::ZERO, |f| {
+                Duration::from_micros(u64::from(f.delay_us))
+            });
             self.rtt.update(now.since(a.xmit), delay.min(MAX_ACK_DELAY));
         }
         for &(seq, a) in &newly {
@@ -876,8 +902,8 @@ impl<const O: bool> Window<O> {
             self.largest_acked = Some(self.largest_acked.map_or(seq, |l| l.max(seq)));
             // RACK (RFC 8985 §6.2): a resent message delivered sooner than the smallest round
             // trip after its resend was the original's delivery; it says nothing of the resend.
-            let ambiguous = a.retransmitted
-                && self.rtt.min().is_some_and(|m| now.since(a.xmit) < m);
+            let ambiguous =
+                a.retransmitted && self.rtt.min().is_some_and(|m| now.since(a.xmit) < m);
             if !ambiguous && self.rack.is_none_or(|(o, _, _)| a.order > o) {
                 self.rack = Some((a.order, a.xmit, now.since(a.xmit)));
             }
@@ -887,16 +913,21 @@ impl<const O: bool> Window<O> {
         }
         self.newly = newly;
         self.probes = 0;
-        let app_limited = self.backlog.is_empty() && self.lost.is_empty();
+        let app_limited = !self.blocked && self.backlog.is_empty() && self.lost.is_empty();
         if let Some(cc) = &mut self.cc {
             cc.on_end_acks(now, self.in_flight, app_limited, self.delivered);
         }
         self.detect_losses(cx);
         self.resent.retain(|&r| {
-            r >= self.snd_una && self.sent.get((r - self.snd_una) as usize).is_some_and(|s| !s.sacked)
+            r >= self.snd_una
+                && self
+                    .sent
+                    .get((r - self.snd_una) as usize)
+                    .is_some_and(|s| !s.sacked)
         });
         if let Some(cc) = &self.cc {
-            self.pacer.set_rate(now, cc.pacing_rate(&self.rtt), self.mtu);
+            self.pacer
+                .set_rate(now, cc.pacing_rate(&self.rtt), self.mtu);
         }
     }
 
@@ -1142,7 +1173,10 @@ impl<const O: bool> Layer for Window<O> {
         let Some(f) = self.f else {
             return Verdict::Continue;
         };
-        if self.full(pkt.now(), pkt.header().len() as u64 + pkt.body().len() as u64) {
+        if self.full(
+            pkt.now(),
+            pkt.header().len() as u64 + pkt.body().len() as u64,
+        ) {
             cold::<O>();
             return Verdict::Absorb;
         }

@@ -10,9 +10,16 @@
 //!   current instant — advances the clock to the next event (an arrival or a deadline).
 //! - [`net::SessionNet`]: session endpoints at addresses on one in-memory network, and an
 //!   attacker who may inject anything from anywhere.
+//! - [`Dumbbell`]: several connection pairs whose datagrams share one link — one
+//!   [`Bottleneck`](crate::faults::Bottleneck) (rate and queue), delay, loss and jitter —
+//!   with a bulk sender and per-flow goodput, so a test measures a transport's throughput,
+//!   fairness and recovery on a long, narrow, lossy path without network namespaces.
 
+pub mod dumbbell;
 pub mod memlink;
 pub mod net;
+
+pub use dumbbell::{jain_index, Dumbbell};
 
 use crate::conn::{BuildError, Config, Connection, SendError};
 use crate::stack::{build_dyn, DynStack, LayerSet};
