@@ -12,6 +12,11 @@
 //!
 //! A namespace lives on after `ip netns del` while a socket or thread still holds it, so
 //! close the sockets made in it to have it (and its links) go away.
+//!
+//! For emulated paths (the `wan` experiment): [`Netns::ip`] and [`Netns::tc`] run iproute2 in
+//! a namespace, [`Netns::shape_ingress`] puts a [`Tbf`] bottleneck on what enters it (through
+//! an ifb device), [`Netns::qdisc_stats`] reads a qdisc's counters, [`Netns::dev_counters`] its
+//! interfaces' counters, and [`Netns::command`] runs a program inside it.
 
 use std::fs::File;
 use std::io;
@@ -30,9 +35,9 @@ const MAX_IFNAME: usize = 15;
 /// Why a namespace or link could not be made.
 #[derive(thiserror::Error, Debug)]
 pub enum NetnsError {
-    /// `ip` is not on `PATH`.
-    #[error("iproute2's `ip` command was not found; install iproute2")]
-    NoIproute2,
+    /// `ip` (or `tc`, the other iproute2 command used here) is not on `PATH`.
+    #[error("iproute2's `{0}` command was not found; install iproute2")]
+    NoIproute2(&'static str),
     /// `ip` was refused for lack of privilege.
     #[error(
         "`{command}` was not permitted ({stderr}): network namespaces need root or \
@@ -62,14 +67,22 @@ pub enum NetnsError {
 
 /// Runs `ip ARGS`, capturing standard error, and maps failure to a [`NetnsError`].
 fn ip(args: &[&str]) -> Result<(), NetnsError> {
-    let command = format!("ip {}", args.join(" "));
-    let out = match Command::new("ip").args(args).output() {
+    tool("ip", args).map(drop)
+}
+
+/// Runs `program ARGS` (`ip` or `tc`), capturing standard error, and maps failure to a
+/// [`NetnsError`]; its standard output on success.
+fn tool(program: &'static str, args: &[&str]) -> Result<String, NetnsError> {
+    let command = format!("{program} {}", args.join(" "));
+    let out = match Command::new(program).args(args).output() {
         Ok(out) => out,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(NetnsError::NoIproute2),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(NetnsError::NoIproute2(program))
+        }
         Err(e) => return Err(e.into()),
     };
     if out.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
     if stderr.is_empty() {
@@ -182,6 +195,158 @@ impl Netns {
                 "thread in namespace {ns} panicked: {msg}"
             )))
         })
+    }
+}
+
+impl Netns {
+    /// Runs `ip -n NAME ARGS`: a link, an address or a route of this namespace.
+    pub fn ip(&self, args: &[&str]) -> Result<(), NetnsError> {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        ip(&all)
+    }
+
+    /// Runs `tc -n NAME ARGS` (traffic control in this namespace) and returns what it printed.
+    pub fn tc(&self, args: &[&str]) -> Result<String, NetnsError> {
+        let mut all = vec!["-n", self.name.as_str()];
+        all.extend_from_slice(args);
+        tool("tc", &all)
+    }
+
+    /// A command that runs `program` in this namespace (`ip netns exec NAME program`, which
+    /// execs it: the child's id is the program's). Add its arguments and spawn it.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    /// Opens this namespace's `/proc/net/dev` (its interfaces' counters): the file stays bound
+    /// to the namespace, so [`DevCounters::read`] can read it again from any thread.
+    pub fn dev_counters(&self) -> io::Result<DevCounters> {
+        let file = self.in_ns(|| File::open("/proc/thread-self/net/dev"))??;
+        Ok(DevCounters { file })
+    }
+
+    /// Shapes what enters this namespace through each of `devs` (IPv4): an `ifb` device named
+    /// `ifb` takes it (an `ingress` qdisc on each of `devs` with a `u32` filter matching every
+    /// IPv4 packet and a `mirred` action redirecting it there), and a `tbf` qdisc on the ifb
+    /// sends it on at `tbf`'s rate, dropping what finds its queue full. The ifb goes with the
+    /// namespace.
+    pub fn shape_ingress(&self, devs: &[&str], ifb: &str, tbf: &Tbf) -> Result<(), NetnsError> {
+        check_name("interface", ifb, MAX_IFNAME)?;
+        self.ip(&["link", "add", ifb, "type", "ifb"])?;
+        self.ip(&["link", "set", ifb, "up"])?;
+        for dev in devs {
+            self.tc(&["qdisc", "add", "dev", dev, "ingress"])?;
+            self.tc(&[
+                "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip", "u32", "match",
+                "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb,
+            ])?;
+        }
+        let (rate, burst, limit) = (
+            format!("{}bit", tbf.rate_bits_per_s),
+            tbf.burst_bytes.to_string(),
+            tbf.limit_bytes.to_string(),
+        );
+        self.tc(&[
+            "qdisc", "add", "dev", ifb, "root", "tbf", "rate", &rate, "burst", &burst, "limit",
+            &limit,
+        ])
+        .map(drop)
+    }
+
+    /// The counters of the root qdisc of `dev` (`tc -s -j qdisc show`).
+    pub fn qdisc_stats(&self, dev: &str) -> Result<QdiscStats, NetnsError> {
+        let out = self.tc(&["-s", "-j", "qdisc", "show", "dev", dev, "root"])?;
+        let bad = |why: &str| NetnsError::Failed {
+            command: format!("tc -n {} -s -j qdisc show dev {dev} root", self.name),
+            stderr: format!("{why}: {}", out.trim()),
+        };
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|_| bad("not JSON"))?;
+        let q = v.get(0).ok_or_else(|| bad("no qdisc"))?;
+        let n = |k: &str| q.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        Ok(QdiscStats {
+            bytes: n("bytes"),
+            packets: n("packets"),
+            drops: n("drops"),
+            overlimits: n("overlimits"),
+        })
+    }
+}
+
+/// A token-bucket filter (`tc qdisc ... tbf`): a rate, the bucket (the most sent at once
+/// above the rate) and the queue (bytes waiting for tokens; beyond it packets are dropped).
+/// `tbf` counts each packet at its length on the device: the IP packet and its 14-byte
+/// Ethernet header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tbf {
+    /// The rate, bits per second.
+    pub rate_bits_per_s: u64,
+    /// The bucket, bytes (at least the largest packet).
+    pub burst_bytes: u64,
+    /// The queue, bytes.
+    pub limit_bytes: u64,
+}
+
+/// What a qdisc has done (`tc -s qdisc show`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QdiscStats {
+    /// Bytes sent on.
+    pub bytes: u64,
+    /// Packets sent on (a segmented packet counts its segments).
+    pub packets: u64,
+    /// Packets dropped (a full queue).
+    pub drops: u64,
+    /// Times a packet had to wait for tokens.
+    pub overlimits: u64,
+}
+
+/// One interface's counters (a line of `/proc/net/dev`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevCount {
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes sent: each packet's length on the device (its Ethernet header included).
+    pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+}
+
+/// A namespace's `/proc/net/dev`, opened inside it ([`Netns::dev_counters`]).
+#[derive(Debug)]
+pub struct DevCounters {
+    file: File,
+}
+
+impl DevCounters {
+    /// The counters of interface `dev` now.
+    pub fn read(&mut self, dev: &str) -> io::Result<DevCount> {
+        use std::io::{Read, Seek};
+        self.file.rewind()?;
+        let mut text = String::new();
+        self.file.read_to_string(&mut text)?;
+        text.lines()
+            .find_map(|l| {
+                let (name, rest) = l.split_once(':')?;
+                (name.trim() == dev).then_some(rest)
+            })
+            .and_then(|rest| {
+                let f: Vec<u64> = rest
+                    .split_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .ok()?;
+                Some(DevCount {
+                    rx_bytes: *f.first()?,
+                    rx_packets: *f.get(1)?,
+                    tx_bytes: *f.get(8)?,
+                    tx_packets: *f.get(9)?,
+                })
+            })
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no interface {dev}")))
     }
 }
 

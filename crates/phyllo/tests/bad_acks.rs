@@ -2,9 +2,12 @@
 //! nothing: malformed and overlapping ranges, acknowledgements of what was never sent, of a
 //! message held back (optimistic), and an absurd advertised buffer.
 
+use phyllo::congestion::Algorithm;
 use phyllo::field::{read_bits, write_bits};
 use phyllo::layer::DropReason;
 use phyllo::layers::sack::AckFrame;
+use phyllo::layers::{Window, WindowConfig};
+use phyllo::Layer;
 use phyllo::{Config, Connection, Role, Time};
 use std::time::Duration;
 
@@ -210,5 +213,76 @@ fn an_optimistic_peer_is_caught_by_the_held_back_message() {
     assert!(
         caught > 0,
         "the forger acknowledged a held-back message and was caught"
+    );
+}
+
+#[test]
+fn an_absurd_advertised_buffer_does_not_take_the_sender_past_its_ceiling() {
+    // A peer that advertises 4 GiB of buffer and acknowledges by ranges everything it sees
+    // except the first message, so the sender keeps every copy from the first on and its
+    // window keeps opening (BBR: the first message's losses do not close it) — past this
+    // end's ceiling, here 256 KiB.
+    const CEILING: u64 = 256 << 10;
+    let window = Window::with_config(WindowConfig {
+        ceiling: CEILING,
+        ..WindowConfig::with_controller(Algorithm::Bbr.build(1000))
+    });
+    let stack: Vec<Box<dyn Layer>> = vec![Box::new(window)];
+    let mut a = Connection::new(stack, Config::new(Role::Initiator)).unwrap();
+    let layout = a.layout().clone();
+    let (seq, ack, kind) = (
+        layout.find("seq").unwrap(),
+        layout.find("ack").unwrap(),
+        layout.find("kind").unwrap(),
+    );
+    let hl = layout.header_len();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut now = at(0);
+    let mut last_ack = None;
+    while now < at(3000) {
+        now = now + Duration::from_micros(500);
+        while a.send(now, &[9; 1000]).is_ok() {}
+        while let Some(m) = a.poll_transmit() {
+            let d = m.data();
+            if read_bits(&d[..hl], kind, layout.order()) == 0 {
+                seen.insert(read_bits(&d[..hl], seq, layout.order()));
+            }
+            a.recycle(m);
+        }
+        // Every 10 ms (a round trip), the forged acknowledgement: cumulative 0, the top 32
+        // ranges of what was seen above it.
+        if last_ack.is_none_or(|t| now >= t + Duration::from_millis(10)) && !seen.is_empty() {
+            last_ack = Some(now);
+            let mut ranges: Vec<(u64, u64)> = Vec::new();
+            for &s in seen.range(1..) {
+                match ranges.last_mut() {
+                    Some((_, e)) if *e == s => *e += 1,
+                    _ => ranges.push((s, s + 1)),
+                }
+            }
+            let top = &ranges[ranges.len().saturating_sub(32)..];
+            let mut f = AckFrame::new(0, u32::MAX);
+            for &(s, e) in top {
+                assert!(f.push(s as u32, e as u32));
+            }
+            let mut d = vec![0u8; hl + f.encoded_len()];
+            write_bits(&mut d[..hl], kind, layout.order(), 1);
+            write_bits(&mut d[..hl], ack, layout.order(), 0);
+            f.write(&mut d[hl..]);
+            a.handle_datagram(now, &d);
+        }
+        a.handle_timeout(now);
+    }
+    let peak: u64 = a
+        .stats()
+        .layers
+        .iter()
+        .map(|(_, l)| l.event_count("snd.span_peak"))
+        .sum();
+    eprintln!("retransmission copies peaked at {peak} B (ceiling {CEILING} B)");
+    assert!(peak <= CEILING, "{peak} > {CEILING}");
+    assert!(
+        peak + 2000 > CEILING,
+        "the window opened far enough to meet the ceiling: {peak}"
     );
 }

@@ -13,6 +13,7 @@ mod session;
 mod soak;
 mod stack;
 mod stream;
+mod wan;
 
 use crate::report::Experiment;
 
@@ -32,6 +33,7 @@ pub fn all() -> Vec<Box<dyn Experiment>> {
         Box::new(rawudp::RawUdp),
         Box::new(analyze::Analyze),
         Box::new(paths::Paths),
+        Box::new(wan::Wan),
     ]
 }
 

@@ -140,6 +140,33 @@ pub const GOALS: &[Goal] = &[
     at_least("engine.serve_flood_goodput_ratio", "ratio", 0.90),
     // Reliability under faults.
     at_most("soak.stalls", "count", 0.0),
+    // A long, narrow, lossy path (the `wan` experiment: 100 Mbit/s, 50 ms, 1 % loss).
+    anchored(
+        at_least("wan.utilization", "ratio", 0.90),
+        "the WAN issue: phyllo's goodput fills 90 % of a clean 100 Mbit/s, 50 ms path",
+    ),
+    anchored(
+        at_least("wan.utilization_lossy", "ratio", 0.70),
+        "the WAN issue: with 1 % random loss and the controller recommended for lossy paths \
+         (BBR), 70 % of the link",
+    ),
+    anchored(
+        at_most("wan.wire_overhead", "ratio", 1.05),
+        "the WAN issue: the client sends at most 5 % more UDP payload than the file's bytes",
+    ),
+    anchored(
+        at_least("wan.fairness", "ratio", 0.95),
+        "the WAN issue: two flows on one bottleneck share it equally after convergence \
+         (Jain's index)",
+    ),
+    anchored(
+        at_least("wan.vs_quinn", "ratio", 1.0),
+        "the WAN issue: at least quinn's goodput on the same clean path",
+    ),
+    anchored(
+        at_least("wan.vs_quinn_lossy", "ratio", 1.5),
+        "the WAN issue: 1.5 times quinn's goodput (its default controller) with 1 % loss",
+    ),
     // Latency techniques (seed 000).
     anchored(
         at_most("paths.tall_all_vs_std_instructions", "ratio", 0.80),

@@ -38,6 +38,10 @@
 //! window, acknowledges it and is caught. A refused acknowledgement changes no state. A peer's
 //! advertised buffer is only ever a limit below this end's ceiling.
 //!
+//! **Sender memory is bounded** the same way: the copies kept for retransmission span at
+//! most the ceiling, whatever buffer the peer advertises (the peak is the event
+//! `snd.span_peak`).
+//!
 //! **Receiver memory is bounded**: messages above a gap wait in a buffer of at most the
 //! ceiling in bytes (beyond it they are dropped, counted `OutOfWindow`); the peak is recorded
 //! as the event `rcv.buffered_peak`. Under a controller the receiver acknowledges every second
@@ -650,6 +654,7 @@ impl<const O: bool> Window<O> {
         });
         self.in_flight += len;
         self.span += len;
+        cx.record_peak("snd.span_peak", self.span);
         self.on_transmit(now, len);
     }
 
@@ -1041,8 +1046,12 @@ impl<const O: bool> Window<O> {
     /// message not delivered — and back off.
     fn on_probe_timeout(&mut self, f: Fields, cx: &mut Cx<'_>) {
         self.probes += 1;
+        // New data if it fits the peer's buffer and this end's ceiling (a probe may exceed
+        // the congestion window, never those).
+        let limit = self.peer_window.min(self.cfg.ceiling);
         if let Some(m) = self.backlog.pop_front() {
-            if self.sent.len() < self.cfg.size {
+            let fits = self.span == 0 || self.span + m.len() as u64 <= limit;
+            if self.sent.len() < self.cfg.size && fits {
                 self.send_data(m, f, cx);
                 return;
             }
