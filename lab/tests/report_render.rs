@@ -81,7 +81,20 @@ fn the_report_renders_from_fixed_results_with_goals_links_and_plots() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let goals = results["goals"].as_object().expect("a goals object");
     assert!(!goals.is_empty());
+    // Every goal is in results.json; the summary shows those of the experiments in this
+    // report (the fixture predates some experiments).
+    let ran: Vec<String> = results["experiments"]
+        .as_array()
+        .expect("experiments")
+        .iter()
+        .filter_map(|e| e["name"].as_str().map(|n| format!("{n}.")))
+        .collect();
+    let mut shown = 0;
     for (figure, goal) in goals {
+        if !ran.iter().any(|n| figure.starts_with(n.as_str())) && goal["met"].is_null() {
+            continue;
+        }
+        shown += 1;
         assert!(
             top.contains(figure.as_str()),
             "{figure} is not in the summary"
@@ -98,6 +111,6 @@ fn the_report_renders_from_fixed_results_with_goals_links_and_plots() {
         );
     }
     let marks = top.matches("✓ met").count() + top.matches("✗ missed").count();
-    assert_eq!(marks, goals.len(), "one mark per headline figure");
+    assert_eq!(marks, shown, "one mark per headline figure");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -682,6 +682,9 @@ impl<const O: bool> Window<O> {
         };
         let mut m = cx.copy(copy);
         cx.set(&mut m, f.ack, self.rcv_next);
+        // Already in `resent` only if resent before and not declared lost since (losses
+        // leave that list).
+        let listed = s.retransmitted && s.lost.is_none();
         if s.lost.take().is_some() || std::mem::take(&mut s.held) {
             self.in_flight += s.len;
         }
@@ -692,7 +695,9 @@ impl<const O: bool> Window<O> {
         s.order = self.transmissions;
         s.retransmitted = true;
         let len = s.len;
-        self.resent.retain(|&r| r != seq);
+        if listed {
+            self.resent.retain(|&r| r != seq);
+        }
         self.resent.push_back(seq);
         self.on_transmit(now, len);
         self.ack_sent();
@@ -983,7 +988,12 @@ impl<const O: bool> Window<O> {
         // Never-resent messages, in sequence (= send) order from the scan point.
         let mut seq = self.scan.max(self.snd_una);
         while let Some(s) = self.sent.get_mut((seq - self.snd_una) as usize) {
+            // Resent and held messages are judged below, in the order they were (will be)
+            // sent; the scan passes them.
             if (s.retransmitted || s.held) && !s.sacked && s.lost.is_none() {
+                if seq == self.scan {
+                    self.scan += 1;
+                }
                 seq += 1;
                 continue;
             }
