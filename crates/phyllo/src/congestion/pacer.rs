@@ -1,9 +1,11 @@
 //! Pacing: a token bucket that spreads a sender's datagrams at the controller's rate.
 //!
-//! Tokens (bytes) accrue at the pacing rate up to a burst: one millisecond of the rate, but
-//! at least two and at most sixteen datagrams. A millisecond is about what a driver's timer
-//! and the operating system's scheduling resolve; sixteen datagrams is what segmentation
-//! offload gathers at once. A sender that has tokens for a datagram may send it; one that has
+//! Tokens (bytes) accrue at the pacing rate up to a burst: two milliseconds of the rate, but
+//! at least two and at most 64 datagrams. A driver's timer wakes it a little late (tokio's
+//! timers resolve milliseconds; a scheduler tick is 4 ms on common kernels, which is why the
+//! socket driver sleeps in `ppoll`), and a bucket shorter than that lateness would lose the
+//! difference on every wakeup, which a rate-based controller (BBR) then measures as a slower
+//! path; 64 datagrams is what segmentation offload gathers at once. A sender that has tokens for a datagram may send it; one that has
 //! not learns when it will ([`Pacer::delay_until`]) and waits for that instant, which the
 //! sans-IO connection reports through its timer. Without a rate the pacer lets everything
 //! through.
@@ -35,7 +37,7 @@ impl Pacer {
         self.tokens = self.tokens_at(now);
         self.at = now.max(self.at);
         self.rate = rate.unwrap_or(0);
-        self.burst = (self.rate / 1000).clamp(2 * mtu, 16 * mtu);
+        self.burst = (self.rate / 500).clamp(2 * mtu, 64 * mtu);
         if self.rate == 0 {
             self.tokens = 0;
         }
@@ -86,7 +88,7 @@ mod tests {
         let mut p = Pacer::new();
         let t0 = Time(1_000_000_000);
         assert_eq!(p.delay_until(t0, 1500), None);
-        // 12.5 MB/s: a burst of 12 500 bytes, then one 1250-byte datagram every 100 µs.
+        // 12.5 MB/s: a burst of 25 000 bytes, then one 1250-byte datagram every 100 µs.
         p.set_rate(t0, Some(12_500_000), 1250);
         let mut now = t0 + Duration::from_millis(5);
         let mut sent = 0;
@@ -103,7 +105,7 @@ mod tests {
                 }
             }
         }
-        // 10 burst datagrams plus 100 paced in 10 ms.
-        assert!((108..=111).contains(&sent), "{sent}");
+        // 20 burst datagrams plus 100 paced in 10 ms.
+        assert!((118..=121).contains(&sent), "{sent}");
     }
 }
