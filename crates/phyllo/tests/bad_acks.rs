@@ -22,20 +22,6 @@ fn at(ms: u64) -> Time {
     Time(ms * 1_000_000)
 }
 
-/// Move everything `from` sends to `to` at `now`; the datagrams, for forging.
-fn carry(from: &mut Connection, to: &mut Connection, now: Time) -> Vec<Vec<u8>> {
-    let mut all = Vec::new();
-    while let Some(m) = from.poll_transmit() {
-        all.push(m.data().to_vec());
-        to.handle_datagram(now, m.data());
-        from.recycle(m);
-    }
-    while let Some(m) = to.poll_delivery() {
-        to.recycle(m);
-    }
-    all
-}
-
 fn bad_acks(c: &Connection) -> u64 {
     c.stats()
         .layers

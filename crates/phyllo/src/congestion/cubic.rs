@@ -4,6 +4,7 @@
 //! as fast as a short one. A loss multiplies the window by β = 0.7; a Reno-friendly estimate
 //! keeps CUBIC at least as fast as NewReno on short paths. Slow start is NewReno's.
 
+use super::hystart::{HyStart, Phase};
 use super::{initial_window, minimum_window, Controller, RttEstimator};
 use crate::time::Time;
 use std::time::Duration;
@@ -30,6 +31,8 @@ pub struct Cubic {
     /// Bytes acknowledged and not yet turned into window growth.
     acked: u64,
     recovery_start: Option<Time>,
+    /// HyStart++: slow start ends when the round trip grows, before the queue overflows.
+    hystart: HyStart,
 }
 
 impl Cubic {
@@ -45,6 +48,7 @@ impl Cubic {
             w_est: 0.0,
             acked: 0,
             recovery_start: None,
+            hystart: HyStart::default(),
         }
     }
 
@@ -64,7 +68,10 @@ impl Controller for Cubic {
             return;
         }
         if self.in_slow_start() {
-            self.window += bytes;
+            match self.hystart.on_ack(now, sent, rtt.latest()) {
+                Phase::Done => self.ssthresh = self.window,
+                phase => self.window += HyStart::growth(phase, bytes),
+            }
             return;
         }
         let epoch = *self.epoch.get_or_insert_with(|| {
@@ -98,6 +105,7 @@ impl Controller for Cubic {
             return;
         }
         self.recovery_start = Some(now);
+        self.hystart.reset();
         let cwnd = self.datagrams(self.window);
         // Fast convergence (RFC 9438 §4.7): a flow whose maximum is falling releases
         // bandwidth to newcomers.

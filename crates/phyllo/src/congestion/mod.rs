@@ -23,6 +23,7 @@
 
 mod bbr;
 mod cubic;
+mod hystart;
 mod newreno;
 mod pacer;
 

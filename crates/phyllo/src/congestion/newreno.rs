@@ -3,6 +3,7 @@
 //! the window once per recovery period (losses of datagrams sent before the period began do
 //! not cut again).
 
+use super::hystart::{HyStart, Phase};
 use super::{initial_window, minimum_window, Controller, RttEstimator};
 use crate::time::Time;
 
@@ -16,6 +17,8 @@ pub struct NewReno {
     acked: u64,
     /// Datagrams sent before this instant belong to the current recovery period.
     recovery_start: Option<Time>,
+    /// HyStart++: slow start ends when the round trip grows, before the queue overflows.
+    hystart: HyStart,
 }
 
 impl NewReno {
@@ -27,6 +30,7 @@ impl NewReno {
             ssthresh: u64::MAX,
             acked: 0,
             recovery_start: None,
+            hystart: HyStart::default(),
         }
     }
 
@@ -37,12 +41,15 @@ impl NewReno {
 }
 
 impl Controller for NewReno {
-    fn on_ack(&mut self, _now: Time, sent: Time, bytes: u64, app_limited: bool, _: &RttEstimator) {
+    fn on_ack(&mut self, now: Time, sent: Time, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
         if app_limited || self.recovery_start.is_some_and(|r| sent <= r) {
             return;
         }
         if self.in_slow_start() {
-            self.window += bytes;
+            match self.hystart.on_ack(now, sent, rtt.latest()) {
+                Phase::Done => self.ssthresh = self.window,
+                phase => self.window += HyStart::growth(phase, bytes),
+            }
         } else {
             self.acked += bytes;
             if self.acked >= self.window {
@@ -57,6 +64,7 @@ impl Controller for NewReno {
             return;
         }
         self.recovery_start = Some(now);
+        self.hystart.reset();
         self.window = (self.window / 2).max(minimum_window(self.mtu));
         self.ssthresh = self.window;
         self.acked = 0;

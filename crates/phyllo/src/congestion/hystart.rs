@@ -1,0 +1,147 @@
+//! HyStart++ (RFC 9406): leave slow start when the round trip starts to grow — the queue at
+//! the bottleneck is filling — instead of at the first loss, which on a path with a deep queue
+//! comes a round trip after the window has overshot by up to the whole queue (a burst of
+//! losses, resent bytes, a long recovery).
+//!
+//! Each round trip (a round ends when a datagram sent after it began is acknowledged), the
+//! smallest of the round's first eight round-trip samples is compared with the previous
+//! round's: a rise of at least an eighth of it (clamped to 4–16 ms) ends slow start for
+//! Conservative Slow Start, which grows the window a quarter as fast for up to five rounds; if
+//! the round trip falls back in that time slow start resumes, otherwise congestion avoidance
+//! begins at the window reached.
+
+use crate::time::Time;
+use std::time::Duration;
+
+/// RFC 9406 §4.3's constants.
+const MIN_RTT_THRESH: Duration = Duration::from_millis(4);
+const MAX_RTT_THRESH: Duration = Duration::from_millis(16);
+const MIN_RTT_DIVISOR: u32 = 8;
+const N_RTT_SAMPLE: u32 = 8;
+const CSS_GROWTH_DIVISOR: u64 = 4;
+const CSS_ROUNDS: u32 = 5;
+
+/// What slow start should do with an acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Grow by the bytes acknowledged.
+    SlowStart,
+    /// Grow by a quarter of them.
+    Conservative,
+    /// Slow start is over: congestion avoidance from the current window.
+    Done,
+}
+
+/// HyStart++'s state for one sender.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HyStart {
+    /// When the current round began: it ends at the acknowledgement of a datagram sent later.
+    round_start: Option<Time>,
+    last_round_min: Option<Duration>,
+    round_min: Option<Duration>,
+    samples: u32,
+    /// The round trip that made slow start conservative, and the rounds spent so.
+    css: Option<(Duration, u32)>,
+}
+
+impl HyStart {
+    /// An acknowledgement of a datagram sent at `sent`, measuring `rtt` (the latest sample),
+    /// at `now`: the phase to grow in.
+    pub(crate) fn on_ack(&mut self, now: Time, sent: Time, rtt: Duration) -> Phase {
+        if self.round_start.is_none_or(|r| sent >= r) {
+            // A new round.
+            if let Some((_, rounds)) = &mut self.css {
+                *rounds += 1;
+                if *rounds >= CSS_ROUNDS {
+                    return Phase::Done;
+                }
+            }
+            self.round_start = Some(now);
+            self.last_round_min = self.round_min.or(self.last_round_min);
+            self.round_min = None;
+            self.samples = 0;
+        }
+        if self.samples < N_RTT_SAMPLE {
+            self.samples += 1;
+            self.round_min = Some(self.round_min.map_or(rtt, |m| m.min(rtt)));
+        }
+        let (Some(cur), Some(last)) = (self.round_min, self.last_round_min) else {
+            return self.phase();
+        };
+        match self.css {
+            None if self.samples >= N_RTT_SAMPLE => {
+                let thresh = (last / MIN_RTT_DIVISOR).clamp(MIN_RTT_THRESH, MAX_RTT_THRESH);
+                if cur >= last + thresh {
+                    self.css = Some((last, 0));
+                }
+            }
+            // The round trip came back down: it was jitter, not a queue.
+            Some((base, _)) if cur < base => self.css = None,
+            _ => {}
+        }
+        self.phase()
+    }
+
+    fn phase(&self) -> Phase {
+        if self.css.is_some() {
+            Phase::Conservative
+        } else {
+            Phase::SlowStart
+        }
+    }
+
+    /// How much of `bytes` acknowledged grows the window in `phase`.
+    pub(crate) fn growth(phase: Phase, bytes: u64) -> u64 {
+        match phase {
+            Phase::SlowStart => bytes,
+            Phase::Conservative => bytes / CSS_GROWTH_DIVISOR,
+            Phase::Done => 0,
+        }
+    }
+
+    /// Slow start begins again (after a loss or persistent congestion).
+    pub(crate) fn reset(&mut self) {
+        *self = HyStart::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_rising_round_trip_ends_slow_start_and_a_steady_one_does_not() {
+        let mut h = HyStart::default();
+        let mut t = 0u64;
+        let at = |ms: u64| Time(ms * 1_000_000);
+        // Five rounds at 50 ms: slow start throughout.
+        for _ in 0..5 {
+            let sent = t;
+            t += 50;
+            for _ in 0..10 {
+                assert_eq!(h.on_ack(at(t), at(sent), ms(50)), Phase::SlowStart);
+            }
+        }
+        // The round trip grows by 10 ms (over 50/8 = 6.25 ms): conservative.
+        let sent = t;
+        t += 60;
+        let mut phase = Phase::SlowStart;
+        for _ in 0..10 {
+            phase = h.on_ack(at(t), at(sent), ms(60));
+        }
+        assert_eq!(phase, Phase::Conservative);
+        // It stays up for five rounds: slow start is over.
+        for _ in 0..5 {
+            let sent = t;
+            t += 60;
+            for _ in 0..10 {
+                phase = h.on_ack(at(t), at(sent), ms(60));
+            }
+        }
+        assert_eq!(phase, Phase::Done);
+    }
+}
