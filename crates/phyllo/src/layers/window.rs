@@ -327,7 +327,7 @@ const INITIAL_MTU: u64 = 1400;
 
 impl<const O: bool> Window<O> {
     /// A window with an explicit configuration, outlined or not as `O` says.
-    pub fn build(cfg: WindowConfig) -> Window<O> {
+    pub fn build(mut cfg: WindowConfig) -> Window<O> {
         let size = if cfg.controller.is_some() {
             cfg.size.clamp(1, MAX_IN_FLIGHT)
         } else {
@@ -335,7 +335,9 @@ impl<const O: bool> Window<O> {
         };
         let ceiling = cfg.ceiling.max(INITIAL_MTU);
         Window {
-            cc: cfg.controller.clone(),
+            // The layer runs the controller; its configuration keeps none (a second copy
+            // would cost every idle session its size).
+            cc: cfg.controller.take(),
             cfg: WindowConfig {
                 size,
                 ceiling,
@@ -1186,6 +1188,7 @@ impl<const O: bool> Layer for Window<O> {
         if self.backlog.is_empty() {
             self.backlog.shrink_to_fit();
         }
+        self.newly = Vec::new();
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
