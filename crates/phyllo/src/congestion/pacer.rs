@@ -52,8 +52,9 @@ impl Pacer {
         if self.rate == 0 {
             return u64::MAX;
         }
-        let earned = (u128::from(now.since(self.at).as_nanos() as u64) * u128::from(self.rate)
-            / 1_000_000_000) as u64;
+        // f64: a 128-bit division on every send cost more than the rounding (a token is a
+        // byte; the bucket is capped anyway).
+        let earned = (now.since(self.at).as_nanos() as f64 * self.rate as f64 * 1e-9) as u64;
         self.tokens.saturating_add(earned).min(self.burst)
     }
 
@@ -64,8 +65,10 @@ impl Pacer {
             return None;
         }
         let short = len.min(self.burst) - have;
-        let nanos = (u128::from(short) * 1_000_000_000).div_ceil(u128::from(self.rate.max(1)));
-        Some(now + std::time::Duration::from_nanos(nanos.min(u128::from(u64::MAX)) as u64))
+        let nanos = (short as f64 * 1e9 / self.rate.max(1) as f64)
+            .ceil()
+            .max(1.0);
+        Some(now + std::time::Duration::from_nanos(nanos.min(u64::MAX as f64) as u64))
     }
 
     /// `len` bytes left at `now`.

@@ -258,8 +258,9 @@ pub struct Window<const O: bool = false> {
     backlog: VecDeque<Msg>,
     /// Bytes sent, not delivered and not declared lost.
     in_flight: u64,
-    /// Bytes of every message in `sent`.
+    /// Bytes of every message in `sent`, and the most there were (the event `snd.span_peak`).
     span: u64,
+    span_peak: u64,
     /// Bytes delivered, all told.
     delivered: u64,
     rtt: RttEstimator,
@@ -296,6 +297,8 @@ pub struct Window<const O: bool = false> {
     ooo: BTreeMap<u64, Msg>,
     ranges: BTreeMap<u64, u64>,
     ooo_bytes: u64,
+    /// The most `ooo_bytes` were (the event `rcv.buffered_peak`).
+    ooo_peak: u64,
     /// Data messages received since the last acknowledgement.
     unacked_rx: usize,
     /// The highest sequence number received, and when.
@@ -353,6 +356,7 @@ impl<const O: bool> Window<O> {
             backlog: VecDeque::new(),
             in_flight: 0,
             span: 0,
+            span_peak: 0,
             delivered: 0,
             rtt: RttEstimator::new(),
             pacer: Pacer::new(),
@@ -373,6 +377,7 @@ impl<const O: bool> Window<O> {
             ooo: BTreeMap::new(),
             ranges: BTreeMap::new(),
             ooo_bytes: 0,
+            ooo_peak: 0,
             unacked_rx: 0,
             largest_rx: None,
             ack_at: None,
@@ -467,12 +472,13 @@ impl<const O: bool> Window<O> {
     /// Keep the accelerator's send-disable counter in step with a full window (seed 004
     /// §3.2: "when the send window of a sliding window protocol is full").
     fn sync_disable(&mut self, cx: &mut Cx<'_>) {
-        let full = self.full(cx.now(), self.mtu);
+        let may = self.may_send_new(cx.now(), self.mtu);
+        let full = !self.backlog.is_empty() || !self.lost.is_empty() || may.is_err();
         self.blocked |= full;
         // Held by the pacer alone: wake when it lets the next message go, so that the
         // accelerator's backlog (which this layer does not see) leaves at the pacing rate,
         // not at the next acknowledgement.
-        if let Err(Some(t)) = self.may_send_new(cx.now(), self.mtu) {
+        if let Err(Some(t)) = may {
             self.pace_at = Some(self.pace_at.map_or(t, |p| p.min(t)));
         }
         if full != self.send_disabled {
@@ -656,7 +662,10 @@ impl<const O: bool> Window<O> {
         });
         self.in_flight += len;
         self.span += len;
-        cx.record_peak("snd.span_peak", self.span);
+        if self.span > self.span_peak {
+            self.span_peak = self.span;
+            cx.record_peak("snd.span_peak", self.span);
+        }
         self.on_transmit(now, len);
     }
 
@@ -1120,7 +1129,10 @@ impl<const O: bool> Window<O> {
         let after = self.ranges.remove(&(seq + 1));
         let start = before.unwrap_or(seq);
         self.ranges.insert(start, after.unwrap_or(seq + 1));
-        cx.record_peak("rcv.buffered_peak", self.ooo_bytes);
+        if self.ooo_bytes > self.ooo_peak {
+            self.ooo_peak = self.ooo_bytes;
+            cx.record_peak("rcv.buffered_peak", self.ooo_bytes);
+        }
     }
 }
 
