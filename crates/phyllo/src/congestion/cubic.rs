@@ -5,7 +5,7 @@
 //! keeps CUBIC at least as fast as NewReno on short paths. Slow start is NewReno's.
 
 use super::hystart::{HyStart, Phase};
-use super::{initial_window, minimum_window, Controller, RttEstimator};
+use super::{initial_window, minimum_window, window_pacing_rate, Controller, RttEstimator};
 use crate::time::Time;
 use std::time::Duration;
 
@@ -141,9 +141,7 @@ impl Controller for Cubic {
     }
 
     fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
-        let srtt = rtt.smoothed()?.max(Duration::from_micros(100));
-        let gain = if self.in_slow_start() { 2.0 } else { 1.25 };
-        Some((self.window as f64 * gain / srtt.as_secs_f64()) as u64)
+        window_pacing_rate(self.window, self.in_slow_start(), rtt)
     }
 
     fn initial_window(&self) -> u64 {

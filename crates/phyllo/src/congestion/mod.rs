@@ -155,8 +155,7 @@ pub trait Controller: Send + fmt::Debug {
     /// spreads a window over a smoothed round trip with a gain of 1.25 (so pacing never
     /// limits a window-limited sender), and does not pace before a round trip was measured.
     fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
-        let srtt = rtt.smoothed()?.max(Duration::from_micros(100));
-        Some((self.window() as f64 * 1.25 / srtt.as_secs_f64()) as u64)
+        window_pacing_rate(self.window(), false, rtt)
     }
 
     /// The window before anything was learnt.
@@ -173,6 +172,15 @@ impl Clone for Box<dyn Controller> {
     fn clone(&self) -> Self {
         self.clone_box()
     }
+}
+
+/// The pacing rate of a window-based controller: the window per smoothed round trip, times
+/// 2 in slow start (so pacing does not slow the doubling) or 1.25 after it (so pacing never
+/// limits a window-limited sender); none before a round trip was measured.
+pub fn window_pacing_rate(window: u64, slow_start: bool, rtt: &RttEstimator) -> Option<u64> {
+    let srtt = rtt.smoothed()?.max(Duration::from_micros(100));
+    let gain = if slow_start { 2.0 } else { 1.25 };
+    Some((window as f64 * gain / srtt.as_secs_f64()) as u64)
 }
 
 /// The initial window of RFC 9002 §7.2: ten datagrams, at most 14 720 bytes and at least two.

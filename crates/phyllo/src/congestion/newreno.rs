@@ -4,7 +4,7 @@
 //! not cut again).
 
 use super::hystart::{HyStart, Phase};
-use super::{initial_window, minimum_window, Controller, RttEstimator};
+use super::{initial_window, minimum_window, window_pacing_rate, Controller, RttEstimator};
 use crate::time::Time;
 
 /// The NewReno controller.
@@ -83,11 +83,7 @@ impl Controller for NewReno {
     }
 
     fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
-        // Twice the window per round trip in slow start (so pacing does not slow the
-        // doubling), 1.25 times in congestion avoidance.
-        let srtt = rtt.smoothed()?.max(std::time::Duration::from_micros(100));
-        let gain = if self.in_slow_start() { 2.0 } else { 1.25 };
-        Some((self.window as f64 * gain / srtt.as_secs_f64()) as u64)
+        window_pacing_rate(self.window, self.in_slow_start(), rtt)
     }
 
     fn initial_window(&self) -> u64 {
