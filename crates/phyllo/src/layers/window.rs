@@ -814,12 +814,7 @@ impl<const O: bool> Window<O> {
 
     /// Check an acknowledgement against what was sent, changing nothing: the cumulative
     /// acknowledgement `cum` (absolute) and the frame's ranges (offsets from it).
-    fn check_ack(
-        &self,
-        cum: u64,
-        frame: Option<&AckFrame>,
-        _now: Time,
-    ) -> Result<(), &'static str> {
+    fn check_ack(&self, cum: u64, frame: Option<&AckFrame>) -> Result<(), &'static str> {
         if cum > self.snd_next {
             return Err("ack.beyond_sent");
         }
@@ -835,11 +830,12 @@ impl<const O: bool> Window<O> {
                 return Err("ack.optimistic");
             }
         }
-        for &(s, e) in frame.map_or(&[][..], |f| f.ranges()) {
-            let _ = s;
-            if cum + u64::from(e) > self.snd_next {
-                return Err("ack.beyond_sent");
-            }
+        // Ranges ascend: the last reaches furthest.
+        let reach = frame
+            .and_then(|f| f.ranges().last())
+            .map(|&(_, e)| u64::from(e));
+        if reach.is_some_and(|e| cum + e > self.snd_next) {
+            return Err("ack.beyond_sent");
         }
         Ok(())
     }
@@ -852,8 +848,9 @@ impl<const O: bool> Window<O> {
         self.snd_una.saturating_add_signed(d)
     }
 
-    /// Mark message `seq` delivered (cumulatively or by a range); returns what the
-    /// controller and RACK need to know of it.
+    /// Mark a sent message delivered (cumulatively or by a range): its copy is freed and
+    /// it leaves the bytes in flight. What the controller and RACK need to know of it, unless
+    /// it was delivered before.
     fn deliver_sent(s: &mut Sent, in_flight: &mut u64, cx: &mut Cx<'_>) -> Option<Acked> {
         if s.sacked {
             return None;
@@ -1274,7 +1271,7 @@ impl<const O: bool> Layer for Window<O> {
                 let frame = AckFrame::parse(pkt.body());
                 let cum = self.cumulative(pkt.get(f.ack));
                 match frame {
-                    Ok(fr) if self.check_ack(cum, Some(&fr), pkt.now()).is_ok() => Verdict::Absorb,
+                    Ok(fr) if self.check_ack(cum, Some(&fr)).is_ok() => Verdict::Absorb,
                     _ => {
                         cold::<O>();
                         Verdict::Drop(DropReason::BadAck)
@@ -1304,7 +1301,7 @@ impl<const O: bool> Layer for Window<O> {
                 .and_then(|b| AckFrame::parse(b).ok());
             // Checked in the pre-phase; checked again because post-processing may run later
             // (deferred), after other acknowledgements moved the state on.
-            match self.check_ack(cum, frame.as_ref(), now) {
+            match self.check_ack(cum, frame.as_ref()) {
                 Ok(()) => self.on_ack(cum, frame.as_ref(), cx),
                 Err(why) => cx.count_event(why, 1),
             }
@@ -1315,7 +1312,7 @@ impl<const O: bool> Layer for Window<O> {
         }
         // Data: the gossip acknowledgement first. A lying one is ignored (the data is
         // delivered: it passed every layer below), and counted.
-        match self.check_ack(cum, None, now) {
+        match self.check_ack(cum, None) {
             Ok(()) => self.on_ack(cum, None, cx),
             Err(why) => cx.count_event(why, 1),
         }
