@@ -425,6 +425,18 @@ impl<const O: bool> Window<O> {
         self.ooo_bytes
     }
 
+    /// The record of sent message `seq`, while it is not cumulatively acknowledged.
+    fn entry(&self, seq: u64) -> Option<&Sent> {
+        seq.checked_sub(self.snd_una)
+            .and_then(|i| self.sent.get(i as usize))
+    }
+
+    /// [`entry`](Self::entry), mutable.
+    fn entry_mut(&mut self, seq: u64) -> Option<&mut Sent> {
+        seq.checked_sub(self.snd_una)
+            .and_then(|i| self.sent.get_mut(i as usize))
+    }
+
     /// Place a 20-bit wire value relative to `base` (the value within ±2^19 of it).
     fn unwrap_seq(base: u64, wire: u64) -> i64 {
         let d = wire.wrapping_sub(base) & SEQ_MASK;
@@ -554,18 +566,12 @@ impl<const O: bool> Window<O> {
             // Numbered and kept, not sent: it leaves a round trip later.
             let until = cx.now() + self.rtt.get_or(Duration::ZERO);
             self.held = Some((self.snd_next, until, self.transmissions + HOLD_FOR));
-            self.sent(m, cx);
-            if let Some(s) = self.sent.back_mut() {
-                s.held = true;
-                s.order = u64::MAX;
-                self.in_flight -= s.len;
-            }
-            self.transmissions -= 1;
+            self.sent(m, cx, false);
             cx.count_event("ack_check.held", 1);
             return;
         }
         let copy = cx.copy(&m);
-        self.sent(copy, cx);
+        self.sent(copy, cx, true);
         self.ack_sent();
         cx.send_down(m);
     }
@@ -591,8 +597,9 @@ impl<const O: bool> Window<O> {
         x.is_multiple_of(SKIP_ONE_IN)
     }
 
-    /// Send the held message once its time has come.
-    fn release_held(&mut self, cx: &mut Cx<'_>) {
+    /// Send the held message once its time has come ([`resend`](Self::resend) takes it out
+    /// of hold: sent out of sequence order, RACK watches it with the resent ones).
+    fn release_held(&mut self, f: Fields, cx: &mut Cx<'_>) {
         let Some((seq, until, after)) = self.held else {
             return;
         };
@@ -601,35 +608,15 @@ impl<const O: bool> Window<O> {
         // peer's buffer (nothing more may be sent until it is delivered), the time alone.
         let span_full = self.span + self.mtu > self.peer_window.min(self.cfg.ceiling);
         let counted = self.transmissions >= after || self.backlog.is_empty() || span_full;
-        if cx.now() < until || !counted {
-            return;
+        if cx.now() >= until && counted {
+            self.resend(seq, f, cx);
         }
-        self.held = None;
-        let Some(s) = seq
-            .checked_sub(self.snd_una)
-            .and_then(|i| self.sent.get_mut(i as usize))
-        else {
-            return;
-        };
-        let Some(copy) = &s.msg else {
-            return;
-        };
-        let m = cx.copy(copy);
-        s.held = false;
-        // Sent out of sequence order: RACK watches it with the resent ones.
-        s.retransmitted = true;
-        s.xmit = cx.now();
-        s.order = self.transmissions;
-        self.in_flight += s.len;
-        let len = s.len;
-        self.resent.push_back(seq);
-        self.on_transmit(cx.now(), len);
-        cx.send_down(m);
     }
 
-    /// Book-keeping after a data message left: the sequence number is used, its copy kept,
-    /// the window, the pacer and the controller told.
-    fn sent(&mut self, copy: Msg, cx: &mut Cx<'_>) {
+    /// Book-keeping after a data message was numbered: the sequence number is used and its
+    /// copy kept; if it `left` (it was not held back), the window, the pacer and the
+    /// controller are told.
+    fn sent(&mut self, copy: Msg, cx: &mut Cx<'_>, left: bool) {
         let now = cx.now();
         let len = copy.len() as u64;
         if len > self.mtu {
@@ -653,20 +640,23 @@ impl<const O: bool> Window<O> {
             msg: Some(copy),
             len,
             xmit: now,
-            order: self.transmissions,
+            // A held message is sent after everything numbered so far (RACK's order).
+            order: if left { self.transmissions } else { u64::MAX },
             retransmitted: false,
             sacked: false,
             lost: None,
-            held: false,
+            held: !left,
             app_limited,
         });
-        self.in_flight += len;
         self.span += len;
         if self.span > self.span_peak {
             self.span_peak = self.span;
             cx.record_peak("snd.span_peak", self.span);
         }
-        self.on_transmit(now, len);
+        if left {
+            self.in_flight += len;
+            self.on_transmit(now, len);
+        }
     }
 
     /// A datagram of `len` bytes left at `now`.
@@ -681,31 +671,29 @@ impl<const O: bool> Window<O> {
 
     /// Resend message `seq` (declared lost, or a probe): a fresh copy with the current ack.
     fn resend(&mut self, seq: u64, f: Fields, cx: &mut Cx<'_>) -> bool {
-        let now = cx.now();
-        let Some(s) = seq
-            .checked_sub(self.snd_una)
-            .and_then(|i| self.sent.get_mut(i as usize))
-        else {
+        let (now, rcv_next, order) = (cx.now(), self.rcv_next, self.transmissions);
+        if self.held.is_some_and(|(h, _, _)| h == seq) {
+            self.held = None;
+        }
+        let Some(s) = self.entry_mut(seq) else {
             return false;
         };
         let Some(copy) = &s.msg else {
             return false;
         };
         let mut m = cx.copy(copy);
-        cx.set(&mut m, f.ack, self.rcv_next);
+        cx.set(&mut m, f.ack, rcv_next);
         // Already in `resent` only if resent before and not declared lost since (losses
         // leave that list).
         let listed = s.retransmitted && s.lost.is_none();
-        if s.lost.take().is_some() || std::mem::take(&mut s.held) {
-            self.in_flight += s.len;
-        }
-        if self.held.is_some_and(|(h, _, _)| h == seq) {
-            self.held = None;
-        }
+        let back_in_flight = s.lost.take().is_some() || std::mem::take(&mut s.held);
         s.xmit = now;
-        s.order = self.transmissions;
+        s.order = order;
         s.retransmitted = true;
         let len = s.len;
+        if back_in_flight {
+            self.in_flight += len;
+        }
         if listed {
             self.resent.retain(|&r| r != seq);
         }
@@ -718,45 +706,33 @@ impl<const O: bool> Window<O> {
 
     /// Send what the window and the pacer allow: lost messages first, then the backlog.
     fn pump(&mut self, f: Fields, cx: &mut Cx<'_>) {
+        self.pace_at = self.send_allowed(f, cx).err().flatten();
+        self.release_held(f, cx);
+    }
+
+    /// [`pump`](Self::pump)'s sends, until the window or the pacer says no (`Err`, with the
+    /// instant the pacer lets the next one go).
+    fn send_allowed(&mut self, f: Fields, cx: &mut Cx<'_>) -> Result<(), Option<Time>> {
         let now = cx.now();
-        self.pace_at = None;
         while let Some(&seq) = self.lost.front() {
-            let Some(s) = seq
-                .checked_sub(self.snd_una)
-                .and_then(|i| self.sent.get(i as usize))
-                .filter(|s| s.lost.is_some() && !s.sacked)
-            else {
+            let Some(s) = self.entry(seq).filter(|s| s.lost.is_some() && !s.sacked) else {
                 self.lost.pop_front();
                 continue;
             };
             let cause = s.lost.unwrap_or(Cause::Time);
-            match self.may_send(now, s.len, false) {
-                Ok(()) => {
-                    self.lost.pop_front();
-                    if self.resend(seq, f, cx) {
-                        cx.count_event(cause.event(), 1);
-                    }
-                }
-                Err(t) => {
-                    self.pace_at = t;
-                    return;
-                }
+            self.may_send(now, s.len, false)?;
+            self.lost.pop_front();
+            if self.resend(seq, f, cx) {
+                cx.count_event(cause.event(), 1);
             }
         }
         while let Some(m) = self.backlog.front() {
-            match self.may_send_new(now, m.len() as u64) {
-                Ok(()) => {
-                    if let Some(m) = self.backlog.pop_front() {
-                        self.send_data(m, f, cx);
-                    }
-                }
-                Err(t) => {
-                    self.pace_at = t;
-                    break;
-                }
+            self.may_send_new(now, m.len() as u64)?;
+            if let Some(m) = self.backlog.pop_front() {
+                self.send_data(m, f, cx);
             }
         }
-        self.release_held(cx);
+        Ok(())
     }
 
     /// A data message left at `now` carrying the cumulative ack `wire_ack` (gossip: with the
@@ -1084,7 +1060,6 @@ impl<const O: bool> Window<O> {
                 cx.count_event("retransmit.probe", 1);
             }
         }
-        self.lost.retain(|&l| l != newest.unwrap_or(u64::MAX));
     }
 
     fn ack_soon(&mut self, now: Time) {
@@ -1226,7 +1201,7 @@ impl<const O: bool> Layer for Window<O> {
     fn post_send(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
         match h {
             Handoff::Passed { copy: Some(c) } => {
-                self.sent(c, cx);
+                self.sent(c, cx, true);
                 if let Some(f) = self.f {
                     self.acked_up_to(hdr.get(f.ack), cx.now());
                 }
