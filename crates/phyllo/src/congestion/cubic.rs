@@ -4,7 +4,7 @@
 //! as fast as a short one. A loss multiplies the window by β = 0.7; a Reno-friendly estimate
 //! keeps CUBIC at least as fast as NewReno on short paths. Slow start is NewReno's.
 
-use super::hystart::{HyStart, Phase};
+use super::slow_start::SlowStart;
 use super::{initial_window, minimum_window, window_pacing_rate, Controller, RttEstimator};
 use crate::time::Time;
 use std::time::Duration;
@@ -19,7 +19,8 @@ const BETA: f64 = 0.7;
 pub struct Cubic {
     mtu: u64,
     window: u64,
-    ssthresh: u64,
+    /// Slow start (HyStart++) and the recovery period.
+    slow_start: SlowStart,
     /// The window (in datagrams) where the last loss happened.
     w_max: f64,
     /// The time the cubic takes to grow back to `w_max`.
@@ -30,9 +31,6 @@ pub struct Cubic {
     w_est: f64,
     /// Bytes acknowledged and not yet turned into window growth.
     acked: u64,
-    recovery_start: Option<Time>,
-    /// HyStart++: slow start ends when the round trip grows, before the queue overflows.
-    hystart: HyStart,
 }
 
 impl Cubic {
@@ -41,20 +39,18 @@ impl Cubic {
         Cubic {
             mtu,
             window: initial_window(mtu),
-            ssthresh: u64::MAX,
+            slow_start: SlowStart::new(),
             w_max: 0.0,
             k: 0.0,
             epoch: None,
             w_est: 0.0,
             acked: 0,
-            recovery_start: None,
-            hystart: HyStart::default(),
         }
     }
 
     /// Whether this sender is in slow start.
     pub fn in_slow_start(&self) -> bool {
-        self.window < self.ssthresh
+        self.slow_start.active(self.window)
     }
 
     fn datagrams(&self, bytes: u64) -> f64 {
@@ -64,14 +60,11 @@ impl Cubic {
 
 impl Controller for Cubic {
     fn on_ack(&mut self, now: Time, sent: Time, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
-        if app_limited || self.recovery_start.is_some_and(|r| sent <= r) {
-            return;
-        }
-        if self.in_slow_start() {
-            match self.hystart.on_ack(now, sent, rtt.latest()) {
-                Phase::Done => self.ssthresh = self.window,
-                phase => self.window += HyStart::growth(phase, bytes),
-            }
+        if !self.slow_start.counts(sent, app_limited)
+            || self
+                .slow_start
+                .grow(&mut self.window, now, sent, bytes, rtt)
+        {
             return;
         }
         let epoch = *self.epoch.get_or_insert_with(|| {
@@ -101,11 +94,9 @@ impl Controller for Cubic {
     }
 
     fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
-        if self.recovery_start.is_some_and(|r| sent <= r) && !persistent {
+        if !self.slow_start.enter_recovery(now, sent, persistent) {
             return;
         }
-        self.recovery_start = Some(now);
-        self.hystart.reset();
         let cwnd = self.datagrams(self.window);
         // Fast convergence (RFC 9438 §4.7): a flow whose maximum is falling releases
         // bandwidth to newcomers.
@@ -116,7 +107,7 @@ impl Controller for Cubic {
         };
         let reduced = (cwnd * BETA).max(2.0);
         self.window = ((reduced * self.mtu as f64) as u64).max(minimum_window(self.mtu));
-        self.ssthresh = self.window;
+        self.slow_start.set_threshold(self.window);
         self.k = (self.w_max * (1.0 - BETA) / C).cbrt();
         self.w_est = reduced;
         self.epoch = Some(now);

@@ -23,9 +23,9 @@
 
 mod bbr;
 mod cubic;
-mod hystart;
 mod newreno;
 mod pacer;
+mod slow_start;
 
 pub use bbr::Bbr;
 pub use cubic::Cubic;

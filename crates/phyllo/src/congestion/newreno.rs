@@ -3,7 +3,7 @@
 //! the window once per recovery period (losses of datagrams sent before the period began do
 //! not cut again).
 
-use super::hystart::{HyStart, Phase};
+use super::slow_start::SlowStart;
 use super::{initial_window, minimum_window, window_pacing_rate, Controller, RttEstimator};
 use crate::time::Time;
 
@@ -12,13 +12,10 @@ use crate::time::Time;
 pub struct NewReno {
     mtu: u64,
     window: u64,
-    ssthresh: u64,
+    /// Slow start (HyStart++) and the recovery period.
+    slow_start: SlowStart,
     /// Bytes acknowledged towards the next one-datagram increase in congestion avoidance.
     acked: u64,
-    /// Datagrams sent before this instant belong to the current recovery period.
-    recovery_start: Option<Time>,
-    /// HyStart++: slow start ends when the round trip grows, before the queue overflows.
-    hystart: HyStart,
 }
 
 impl NewReno {
@@ -27,46 +24,39 @@ impl NewReno {
         NewReno {
             mtu,
             window: initial_window(mtu),
-            ssthresh: u64::MAX,
+            slow_start: SlowStart::new(),
             acked: 0,
-            recovery_start: None,
-            hystart: HyStart::default(),
         }
     }
 
     /// Whether this sender is in slow start.
     pub fn in_slow_start(&self) -> bool {
-        self.window < self.ssthresh
+        self.slow_start.active(self.window)
     }
 }
 
 impl Controller for NewReno {
     fn on_ack(&mut self, now: Time, sent: Time, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
-        if app_limited || self.recovery_start.is_some_and(|r| sent <= r) {
+        if !self.slow_start.counts(sent, app_limited)
+            || self
+                .slow_start
+                .grow(&mut self.window, now, sent, bytes, rtt)
+        {
             return;
         }
-        if self.in_slow_start() {
-            match self.hystart.on_ack(now, sent, rtt.latest()) {
-                Phase::Done => self.ssthresh = self.window,
-                phase => self.window += HyStart::growth(phase, bytes),
-            }
-        } else {
-            self.acked += bytes;
-            if self.acked >= self.window {
-                self.acked -= self.window;
-                self.window += self.mtu;
-            }
+        self.acked += bytes;
+        if self.acked >= self.window {
+            self.acked -= self.window;
+            self.window += self.mtu;
         }
     }
 
     fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
-        if self.recovery_start.is_some_and(|r| sent <= r) && !persistent {
+        if !self.slow_start.enter_recovery(now, sent, persistent) {
             return;
         }
-        self.recovery_start = Some(now);
-        self.hystart.reset();
         self.window = (self.window / 2).max(minimum_window(self.mtu));
-        self.ssthresh = self.window;
+        self.slow_start.set_threshold(self.window);
         self.acked = 0;
         if persistent {
             self.window = minimum_window(self.mtu);

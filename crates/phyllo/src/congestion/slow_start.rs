@@ -1,3 +1,6 @@
+//! Slow start and recovery periods, as the loss-based controllers ([`super::NewReno`],
+//! [`super::Cubic`]) share them ([`SlowStart`]), with HyStart++ ([`HyStart`]).
+//!
 //! HyStart++ (RFC 9406): leave slow start when the round trip starts to grow — the queue at
 //! the bottleneck is filling — instead of at the first loss, which on a path with a deep queue
 //! comes a round trip after the window has overshot by up to the whole queue (a burst of
@@ -10,6 +13,7 @@
 //! the round trip falls back in that time slow start resumes, otherwise congestion avoidance
 //! begins at the window reached.
 
+use super::RttEstimator;
 use crate::time::Time;
 use std::time::Duration;
 
@@ -102,6 +106,73 @@ impl HyStart {
     /// Slow start begins again (after a loss or persistent congestion).
     pub(crate) fn reset(&mut self) {
         *self = HyStart::default();
+    }
+}
+
+/// Slow start (up to `ssthresh`, HyStart++ inside it) and the recovery period: after a loss,
+/// acknowledgements and further losses of datagrams sent before it began change nothing.
+#[derive(Clone, Debug)]
+pub(crate) struct SlowStart {
+    ssthresh: u64,
+    recovery_start: Option<Time>,
+    hystart: HyStart,
+}
+
+impl SlowStart {
+    pub(crate) fn new() -> SlowStart {
+        SlowStart {
+            ssthresh: u64::MAX,
+            recovery_start: None,
+            hystart: HyStart::default(),
+        }
+    }
+
+    /// Whether a sender of `window` is in slow start.
+    pub(crate) fn active(&self, window: u64) -> bool {
+        window < self.ssthresh
+    }
+
+    /// Whether the acknowledgement of a datagram sent at `sent` may grow the window: not
+    /// application-limited, not from before the recovery period.
+    pub(crate) fn counts(&self, sent: Time, app_limited: bool) -> bool {
+        !app_limited && self.recovery_start.is_none_or(|r| sent > r)
+    }
+
+    /// In slow start, grow `window` for `bytes` acknowledged (HyStart++ may end slow start
+    /// here) and say so; `false` in congestion avoidance, which is the caller's.
+    pub(crate) fn grow(
+        &mut self,
+        window: &mut u64,
+        now: Time,
+        sent: Time,
+        bytes: u64,
+        rtt: &RttEstimator,
+    ) -> bool {
+        if !self.active(*window) {
+            return false;
+        }
+        match self.hystart.on_ack(now, sent, rtt.latest()) {
+            Phase::Done => self.ssthresh = *window,
+            phase => *window += HyStart::growth(phase, bytes),
+        }
+        true
+    }
+
+    /// A loss of a datagram sent at `sent`, declared at `now`: `false` if it belongs to the
+    /// recovery period under way (and is not `persistent`), else a new period begins and the
+    /// caller cuts its window, then sets the threshold to it ([`Self::set_threshold`]).
+    pub(crate) fn enter_recovery(&mut self, now: Time, sent: Time, persistent: bool) -> bool {
+        if self.recovery_start.is_some_and(|r| sent <= r) && !persistent {
+            return false;
+        }
+        self.recovery_start = Some(now);
+        self.hystart.reset();
+        true
+    }
+
+    /// Slow start ends at `window` (the window after a cut).
+    pub(crate) fn set_threshold(&mut self, window: u64) {
+        self.ssthresh = window;
     }
 }
 
