@@ -282,7 +282,11 @@ fn parent_dir<'n>(
     for component in parents.into_iter().flat_map(|p| p.split('/')) {
         if create {
             match rustix::fs::mkdirat(&fd, component, Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                // A directory made here is synced into its parent, like the file's own entry
+                // at the end: otherwise a crash after the sender is told "stored" could take
+                // the new directory, and the file in it, away.
+                Ok(()) => rustix::fs::fsync(&fd).map_err(|e| io(&dir.join(name))(e.into()))?,
+                Err(Errno::EXIST) => {}
                 Err(e) => return Err(io(&dir.join(name))(e.into())),
             }
         }

@@ -35,16 +35,16 @@ pub struct RelayArgs {
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
     /// Fixed one-way delay, milliseconds.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     pub delay: f64,
     /// Extra uniform random delay up to this, milliseconds (reorders what it spreads).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     pub jitter: f64,
     /// Probability a datagram is held back by up to `--reorder-ms` more.
     #[arg(long, default_value_t = 0.0)]
     pub reorder: f64,
     /// How far a reordered datagram is held back, milliseconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = non_negative)]
     pub reorder_ms: f64,
     /// Probability a datagram is delivered twice.
     #[arg(long, default_value_t = 0.0)]
@@ -56,14 +56,25 @@ pub struct RelayArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// A bottleneck of this many megabits per second in each direction (0: none).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
     pub rate: f64,
     /// The bottleneck's queue, in milliseconds of its rate (beyond it datagrams are dropped).
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = 25.0, value_parser = non_negative)]
     pub queue_ms: f64,
     /// Print the address actually bound on the first line.
     #[arg(long)]
     pub print_addr: bool,
+}
+
+/// A finite number of milliseconds or megabits per second, zero or more: what the relay's
+/// delays, queue and rate take (an infinite or negative one is refused with a clear error
+/// instead of panicking when it is turned into a duration).
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err(format!("`{s}` is not a finite number of zero or more")),
+        Err(e) => Err(format!("`{s}`: {e}")),
+    }
 }
 
 /// The impairment of datagrams: the in-memory link's faults ([`Faults::draw`]: loss,

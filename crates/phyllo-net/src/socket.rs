@@ -292,12 +292,9 @@ impl SessionSocket {
                 .try_recv(&mut self.rx)
                 .map_err(NetError::Receive)?
         } else {
+            // A bounded wait says Ok(0) when it times out.
             self.link
                 .recv_timeout(&mut self.rx, Some(wait.max(Duration::from_micros(50))))
-                .or_else(|e| match e.kind() {
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(0),
-                    _ => Err(e),
-                })
                 .map_err(NetError::Receive)?
         };
         let mut total = 0;

@@ -560,7 +560,6 @@ pub struct UdpLink {
     gro: bool,
     /// Whether the kernel reports its receive-buffer drops (`SO_RXQ_OVFL` on).
     count_drops: bool,
-    read_timeout: Option<Duration>,
     stats: LinkStats,
     /// The messages of one `send_queue` call (kept to reuse its allocation).
     pieces: Vec<sys::Piece>,
@@ -607,7 +606,6 @@ impl UdpLink {
             gso: true,
             gro: false,
             count_drops: false,
-            read_timeout: None,
             stats: LinkStats::default(),
             pieces: Vec::new(),
         })
@@ -1095,13 +1093,7 @@ impl UdpLink {
                     Ok(0)
                 }
             }
-            None => {
-                if self.read_timeout.is_some() {
-                    self.socket.set_read_timeout(None)?;
-                    self.read_timeout = None;
-                }
-                self.recv_inner(batch, libc::MSG_WAITFORONE, usize::MAX)
-            }
+            None => self.recv_inner(batch, libc::MSG_WAITFORONE, usize::MAX),
         }
     }
 
