@@ -18,6 +18,7 @@
 
 use super::session::spawn_local_serve;
 use crate::rawudp::{raw_stream, StreamConfig};
+use crate::report::goals::stated;
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use crate::stats::{ratio_summary, Summary};
 use anyhow::{bail, Context, Result};
@@ -185,10 +186,12 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
             phyllo_net::DEFAULT_STACK
         ),
         format!(
-            "`ilp.bulk_vs_raw_udp` = {}, goal ≥ 0.60; `ilp.bulk_vs_quinn` = {}, goal ≥ 2.0. \
+            "`ilp.bulk_vs_raw_udp` = {}, {}; `ilp.bulk_vs_quinn` = {}, {}. \
              MB/s: phyllo {}, raw UDP {}, quinn {}.",
             vs_raw.show(2, "rounds"),
+            stated("ilp.bulk_vs_raw_udp"),
             vs_quinn.show(2, "rounds"),
+            stated("ilp.bulk_vs_quinn"),
             phyllo_mb.show(0, "rounds"),
             raw_mb.show(0, "rounds"),
             quinn_mb.show(0, "rounds"),

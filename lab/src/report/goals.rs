@@ -179,6 +179,12 @@ pub fn goal(figure: &str) -> Option<&'static Goal> {
     GOALS.iter().find(|g| g.figure == figure)
 }
 
+/// A figure's goal as report prose states it (`goal ≥ 0.9`), from [`GOALS`], so prose never
+/// writes a goal again.
+pub fn stated(figure: &str) -> String {
+    goal(figure).map_or_else(|| "no goal".into(), |g| format!("goal {}", g.text()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

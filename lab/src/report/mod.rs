@@ -6,7 +6,7 @@
 //! the figures were measured on). An experiment that cannot run here returns
 //! [`Outcome::Skipped`] with the reason, and the rest go on.
 
-mod goals;
+pub(crate) mod goals;
 mod machine;
 mod render;
 mod svg;

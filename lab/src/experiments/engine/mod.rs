@@ -15,6 +15,7 @@ mod real;
 mod serve_flood;
 
 use crate::livelock_model::{self, Arrivals, Design, Scenario};
+use crate::report::goals::stated;
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use anyhow::Result;
 use phyllo::poller::{CycleLimit, PollConfig};
@@ -308,11 +309,13 @@ impl Experiment for Engine {
                  `Poller` itself. MLFRR: the highest delivered rate with at most 1 % loss under \
                  periodic arrivals; overload runs are Poisson at ten times it."
                 .into(),
-            "`engine.model_overload_ratio` (goal ≥ 0.95) and \
+            format!(
+                "`engine.model_overload_ratio` ({}) and \
                  `engine.model_baseline_overload_ratio` (livelock: near 0); \
                  `engine.model_cycle_limit_margin` is the smallest user share minus (1 − limit) \
-                 over the limits and rates (the Must-show wants ≥ −0.05)."
-                .into(),
+                 over the limits and rates (the Must-show wants ≥ −0.05).",
+                stated("engine.model_overload_ratio")
+            ),
         ];
         let mut section = Section {
             text,
@@ -322,7 +325,7 @@ impl Experiment for Engine {
         };
         real::runs(quick, &mut section)?;
         let goodput = serve_flood::run(quick, &mut section)?;
-        section.text.push(
+        section.text.push(format!(
             "`phyllo serve` under a flood: a child `phyllo serve --accel` holds a session with this \
                  process, which counts 32-byte echoes per second for a while without a flood and \
                  then while a thread on the other CPU sends garbage and replayed handshake \
@@ -334,9 +337,9 @@ impl Experiment for Engine {
                  on its sockets, as busy-poll sockets do in the kernel). Server and client share \
                  CPU 0, so the echo loop is CPU-bound and any CPU the server spends on the flood \
                  comes out of it. `engine.serve_flood_goodput_ratio` = echoes under the flood / \
-                 without, on the defaults (goal ≥ 0.90)."
-                    .into(),
-        );
+                 without, on the defaults ({}).",
+            stated("engine.serve_flood_goodput_ratio")
+        ));
         section.text.push(format!(
             "An established transfer and newcomers under a flood of replayed initiations: each \
                  round starts a child `phyllo serve --accel` (engine defaults, no `--out`, so \
@@ -356,8 +359,8 @@ impl Experiment for Engine {
                  until all {} ended (any still running after {} s are killed and count as \
                  without a session). \
                  `serve.flood_transfer_goodput_ratio` = the median over rounds of flooded / \
-                 quiet MB/s{} (goal ≥ 0.80); `serve.flood_newcomers_min` = the fewest \
-                 newcomers of {} with a session in any round (goal ≥ 5, within 10 s); \
+                 quiet MB/s{} ({}); `serve.flood_newcomers_min` = the fewest \
+                 newcomers of {} with a session in any round ({}, within 10 s); \
                  `serve.flood_initiations_per_s` = the median rate of replayed initiations sent.",
             serve_flood::transfer_bytes(true) >> 20,
             serve_flood::transfer_bytes(false) >> 20,
@@ -372,7 +375,9 @@ impl Experiment for Engine {
                 ", here {} with the smallest and largest round in brackets",
                 s.show(2, "rounds")
             )),
+            stated("serve.flood_transfer_goodput_ratio"),
             serve_flood::NEWCOMERS,
+            stated("serve.flood_newcomers_min"),
         ));
 
         Ok(Outcome::Done(section))

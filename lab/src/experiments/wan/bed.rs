@@ -30,6 +30,15 @@ pub const C_SERVER: Ipv4Addr = Ipv4Addr::new(10, 78, 2, 2);
 /// (14), IPv4 (20), UDP (8).
 pub const FRAME_HEADERS: u64 = 42;
 
+/// Bytes of a full Ethernet frame (a 1500-byte packet and its 14-byte header).
+pub const FRAME_BYTES: u64 = 1514;
+
+/// The buffers every socket of the bed asks for, as phyllo's sockets do.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Bytes of a probe: its sequence number and its send time.
+pub const PROBE_BYTES: usize = 16;
+
 /// The three namespaces and their links; B shapes what enters it from A.
 pub struct Bed {
     // Fields drop in order: A's counters (which hold A open) and the links before the
@@ -109,13 +118,13 @@ impl Bed {
         Ok(self.b.qdisc_stats(&self.ifb)?)
     }
 
-    /// A UDP socket bound to `(ip, 0)` in `ns`, with 8 MiB asked for its buffers (as phyllo's
-    /// sockets ask).
+    /// A UDP socket bound to `(ip, 0)` in `ns`, with [`SOCKET_BUFFER`] asked for its buffers
+    /// (as phyllo's sockets ask).
     pub fn socket(ns: &Netns, ip: Ipv4Addr) -> Result<UdpSocket> {
         let s = ns.in_ns(move || UdpSocket::bind((ip, 0)))??;
         let r = socket2::SockRef::from(&s);
-        let _ = r.set_recv_buffer_size(8 << 20);
-        let _ = r.set_send_buffer_size(8 << 20);
+        let _ = r.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = r.set_send_buffer_size(SOCKET_BUFFER);
         Ok(s)
     }
 }
@@ -352,7 +361,7 @@ impl Prober {
                     while !stop.load(Ordering::Relaxed) {
                         let now = Instant::now();
                         if now >= next {
-                            let mut p = [0u8; 16];
+                            let mut p = [0u8; PROBE_BYTES];
                             p[..8].copy_from_slice(&seq.to_le_bytes());
                             let at = (now - epoch).as_nanos() as u64;
                             p[8..].copy_from_slice(&at.to_le_bytes());

@@ -51,7 +51,10 @@ use crate::netns::Tbf;
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
 use crate::stats::{median, ratio_summary, Summary};
 use anyhow::{bail, Context, Result};
-use bed::{Bed, Prober, Proc, RelayCounts, TempDir, A_DATA, B_DATA, C_SERVER};
+use bed::{
+    Bed, Prober, Proc, RelayCounts, TempDir, A_DATA, B_DATA, C_SERVER, FRAME_BYTES, FRAME_HEADERS,
+    PROBE_BYTES, SOCKET_BUFFER,
+};
 use phyllo::session::StaticKey;
 use phyllo_quinn::{PathTransport, QuinnController};
 use std::collections::BTreeMap;
@@ -73,7 +76,7 @@ const LOSS: f64 = 0.01;
 /// product (the rate × the 50 ms round trip).
 const TBF: Tbf = Tbf {
     rate_bits_per_s: RATE_BITS,
-    burst_bytes: 10 * 1514,
+    burst_bytes: 10 * FRAME_BYTES,
     limit_bytes: RATE_BITS / 8 * (2 * ONE_WAY_MS as u64) / 1000,
 };
 /// The stack on the lossy path: the window layer with the BBR controller.
@@ -270,10 +273,10 @@ enum PathKind {
 }
 
 impl PathKind {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            PathKind::Clean => "clean",
-            PathKind::Lossy => "1 % loss",
+            PathKind::Clean => "clean".into(),
+            PathKind::Lossy => format!("{} % loss", LOSS * 100.0),
         }
     }
 }
@@ -903,9 +906,10 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
         let mut queue_plot = Plot {
             id: "wan_queue".into(),
             title: format!(
-                "Probe round trips during each transfer of round {} (10 ms apart, through the \
+                "Probe round trips during each transfer of round {} ({} ms apart, through the \
                  bottleneck's queue)",
-                rounds.len()
+                rounds.len(),
+                PROBE_EVERY.as_millis()
             ),
             x_label: "seconds after the transfer's start".into(),
             y_label: "round trip, ms".into(),
@@ -926,11 +930,17 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
             ),
             ("quinn (cubic), clean".to_string(), &last.quinn[0]),
             (
-                format!("phyllo `{}`, 1 % loss", env.lossy_stack),
+                format!("phyllo `{}`, {}", env.lossy_stack, PathKind::Lossy.name()),
                 &last.phyllo[1],
             ),
-            ("quinn (cubic), 1 % loss".to_string(), &last.quinn[1]),
-            ("quinn (bbr), 1 % loss".to_string(), &last.quinn_bbr_lossy),
+            (
+                format!("quinn (cubic), {}", PathKind::Lossy.name()),
+                &last.quinn[1],
+            ),
+            (
+                format!("quinn (bbr), {}", PathKind::Lossy.name()),
+                &last.quinn_bbr_lossy,
+            ),
         ] {
             queue_plot.series.push(Series {
                 name,
@@ -972,7 +982,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
              datagrams). The bottleneck is in B: `tc qdisc add dev IFB root tbf rate {}mbit \
              burst {} limit {}` on an ifb device that takes everything entering B from A \
              (an `ingress` qdisc and a `u32` filter with a `mirred` redirect on each link from \
-             A): {} Mbit/s, a bucket of ten 1514-byte frames, a queue of {} bytes — one \
+             A): {} Mbit/s, a bucket of {} {FRAME_BYTES}-byte frames, a queue of {} bytes — one \
              bandwidth-delay product, {:.0} ms at the rate — and tail drop. The queue is on B's \
              ingress rather than its egress towards C because what leaves towards C is sent by \
              the relay, whose datagrams a qdisc there would charge to the relay's per-client \
@@ -992,6 +1002,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
             TBF.burst_bytes,
             TBF.limit_bytes,
             RATE_BITS / 1_000_000,
+            TBF.burst_bytes / FRAME_BYTES,
             TBF.limit_bytes,
             TBF.limit_bytes as f64 / LINK_BYTES_PER_S * 1e3,
             std::fs::read_to_string("/proc/sys/net/core/wmem_default")
@@ -1016,7 +1027,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
              phyllo's, hashed at both ends; quinn's default controller, CUBIC, on both paths; \
              its stream window {} MiB, connection window {} MiB and send window {} MiB (the \
              path's bandwidth-delay product is at most {:.2} MB, at {:.0} ms with a full queue), \
-             its sockets' buffers 8 MiB as phyllo's; goodput from the connection's \
+             its sockets' buffers {} MiB as phyllo's; goodput from the connection's \
              establishment to the server's digest back. A transfer still running at the cap is \
              stopped and counts what the receiver held in order over the time it took (phyllo: \
              the server's partial file at its last growth, over the time since it appeared; \
@@ -1030,6 +1041,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
             QUINN.send_window >> 20,
             mb(LINK_BYTES_PER_S * max_rtt_s),
             max_rtt_s * 1e3,
+            SOCKET_BUFFER >> 20,
         ),
     ];
     if let Some(why) = &env.lossy_fallback {
@@ -1077,7 +1089,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
     ));
     text.push(format!(
         "`wan.wire_overhead` = {}: the UDP payload bytes the phyllo client sent \
-         on the clean path — A's data link's transmitted bytes less 42 bytes of Ethernet, IP \
+         on the clean path — A's data link's transmitted bytes less {FRAME_HEADERS} bytes of Ethernet, IP \
          and UDP headers per packet, from the kernel's counters, handshake, acknowledgements \
          and retransmissions included — over the file's bytes; `connect`'s own count \
          (`bytes_out` plus the {SESSION_HEADER}-byte session header per datagram) gives {}. \
@@ -1099,7 +1111,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
          ms with `{}` on the lossy path; quinn {} ms clean and {} ms lossy. Each is the median \
          round trip of the probes sent in the second half of a transfer less the idle median \
          ({idle_rtt:.2} ms over {idle_n} probes before the first round), median over rounds. \
-         The probes are 16-byte UDP datagrams every {} ms from A to an echo in C through a \
+         The probes are {PROBE_BYTES}-byte UDP datagrams every {} ms from A to an echo in C through a \
          relay of their own in B (the same delay, no loss) on a link of their own from A, \
          redirected into the same bottleneck queue as the data.",
         q_default.show(1, "rounds"),
