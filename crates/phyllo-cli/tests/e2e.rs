@@ -365,41 +365,44 @@ fn the_runtime_s_echo_client_example_talks_to_phyllo_serve() {
     );
 }
 
-/// `phyllo relay --listen 127.0.0.1:0 --to TO EXTRA...`, started, and the address it bound.
-fn start_relay(to: &str, extra: &[&str]) -> (std::process::Child, String) {
-    let mut relay = Command::new(BIN)
-        .args([
-            "relay",
-            "--listen",
-            "127.0.0.1:0",
-            "--to",
-            to,
-            "--print-addr",
-        ])
-        .args(extra)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    use std::io::BufRead;
-    std::io::BufReader::new(relay.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (relay, line.trim().to_string())
+/// `phyllo relay --listen 127.0.0.1:0 --to TO EXTRA...`, started (killed when dropped, so a
+/// failing assertion leaves no relay behind), and the address it bound.
+fn start_relay(to: &str, extra: &[&str]) -> (Kill, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "relay",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        to,
+        "--print-addr",
+    ])
+    .args(extra)
+    .stderr(std::process::Stdio::piped());
+    let (relay, addr) = spawn_reading_addr(cmd);
+    (Kill(relay), addr)
 }
 
 /// Stop the relay with SIGTERM; it exits with 0 and its last line is its counters.
-fn stop_relay(relay: std::process::Child) -> String {
+fn stop_relay(mut relay: Kill) -> String {
     let ok = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
+        .args(["-TERM", &relay.0.id().to_string()])
         .status()
         .unwrap()
         .success();
     assert!(ok);
-    let o = relay.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    stderr(&o).lines().last().unwrap_or("").to_string()
+    let mut err = String::new();
+    use std::io::Read;
+    relay
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = relay.0.wait().unwrap();
+    assert!(status.success(), "{err}");
+    err.lines().last().unwrap_or("").to_string()
 }
 
 /// The count before `what` in the relay's counters (`..., 12 lost, ...`).
