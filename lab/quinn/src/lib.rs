@@ -211,22 +211,33 @@ pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
 /// the client as it writes and by the server as it reads; the transfer counts once the server's
 /// digest has come back and matches. Returns bytes per second.
 pub fn quinn_bulk(data: &[u8], size: usize) -> Result<f64, QuinnError> {
-    let size = size.max(1);
     with_stream(Mode::Hash, |mut send, mut recv| async move {
         let t0 = Instant::now();
-        let mut hash = Sha256::new();
-        for piece in data.chunks(size) {
-            hash.update(piece);
-            send.write_all(piece).await.map_err(exchange)?;
-        }
-        send.finish().map_err(exchange)?;
-        let mut theirs = [0u8; 32];
-        recv.read_exact(&mut theirs).await.map_err(exchange)?;
-        if theirs[..] != hash.finalize()[..] {
-            return Err(exchange("the server's SHA-256 differs from the client's"));
-        }
+        send_hashed(&mut send, &mut recv, data, size).await?;
         Ok(data.len() as f64 / t0.elapsed().as_secs_f64().max(1e-9))
     })
+}
+
+/// Write `data` in `size`-byte pieces on `send`, hashing it (SHA-256), finish the stream, and
+/// check the digest the server answers on `recv`.
+async fn send_hashed(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    data: &[u8],
+    size: usize,
+) -> Result<(), QuinnError> {
+    let mut hash = Sha256::new();
+    for piece in data.chunks(size.max(1)) {
+        hash.update(piece);
+        send.write_all(piece).await.map_err(exchange)?;
+    }
+    send.finish().map_err(exchange)?;
+    let mut theirs = [0u8; 32];
+    recv.read_exact(&mut theirs).await.map_err(exchange)?;
+    if theirs[..] != hash.finalize()[..] {
+        return Err(exchange("the server's SHA-256 differs from the client's"));
+    }
+    Ok(())
 }
 
 /// The congestion controller of a quinn sender ([`PathTransport::controller`]).
@@ -334,6 +345,8 @@ pub fn quinn_path_transfer(
     server.set_nonblocking(true).map_err(setup)?;
     client.set_nonblocking(true).map_err(setup)?;
     let received = Arc::new(AtomicU64::new(0));
+    // The client's runtime first: failing here leaves no server thread behind.
+    let rt = runtime()?;
     // The server: read everything, hash it, answer with the digest; bounded by the limit and
     // a little more, for the digest's way back.
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -384,7 +397,6 @@ pub fn quinn_path_transfer(
     ready_rx
         .recv_timeout(Duration::from_secs(10))
         .map_err(|_| setup("server thread did not start"))??;
-    let rt = runtime()?;
     let result = rt.block_on(async {
         let mut ep = quinn::Endpoint::new(
             quinn::EndpointConfig::default(),
@@ -403,39 +415,30 @@ pub fn quinn_path_transfer(
         let t0 = Instant::now();
         let send_all = async {
             let (mut send, mut recv) = conn.open_bi().await.map_err(exchange)?;
-            let mut hash = Sha256::new();
-            for p in data.chunks(piece) {
-                hash.update(p);
-                send.write_all(p).await.map_err(exchange)?;
-            }
-            send.finish().map_err(exchange)?;
-            let mut theirs = [0u8; 32];
-            recv.read_exact(&mut theirs).await.map_err(exchange)?;
-            if theirs[..] != hash.finalize()[..] {
-                return Err(exchange("the server's SHA-256 differs from the client's"));
-            }
-            Ok(())
+            send_hashed(&mut send, &mut recv, data, piece).await
         };
         let left = limit.saturating_sub(start.elapsed());
         let out = match tokio::time::timeout(left, send_all).await {
-            Ok(Ok(())) => PathTransfer {
+            Ok(Ok(())) => Ok(PathTransfer {
                 bytes: data.len() as u64,
                 seconds: t0.elapsed().as_secs_f64(),
                 completed: true,
                 handshake_seconds,
-            },
-            Ok(Err(e)) => return Err(e),
-            Err(_) => PathTransfer {
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Ok(PathTransfer {
                 bytes: received.load(Ordering::Relaxed),
                 seconds: t0.elapsed().as_secs_f64(),
                 completed: false,
                 handshake_seconds,
-            },
+            }),
         };
+        // Closed on every outcome, so the server's thread (and its socket in the server's
+        // namespace) ends now rather than at its own timeout.
         conn.close(0u32.into(), b"done");
         // A path that stalled may not carry the close: do not wait for it long.
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
-        Ok(out)
+        out
     });
     let _ = server_thread.join();
     result
