@@ -101,8 +101,6 @@ struct Counts {
     corrupted: u64,
     forwarded: u64,
     send_failed: u64,
-    /// Dropped by a full bottleneck queue.
-    queue_dropped: u64,
 }
 
 impl Impair {
@@ -122,9 +120,10 @@ impl Impair {
             jitter: ms(a.jitter),
             bottleneck: std::array::from_fn(|_| {
                 (a.rate > 0.0 && a.rate.is_finite()).then(|| {
-                    // Megabits to bytes per second, at least one (the float cast saturates).
+                    // Megabits to bytes per second (the float cast saturates; the bottleneck takes at
+                    // least one).
                     let bytes_per_sec = (a.rate * 1e6 / 8.0).round() as u64;
-                    Bottleneck::new(bytes_per_sec.max(1), ms(a.queue_ms))
+                    Bottleneck::new(bytes_per_sec, ms(a.queue_ms))
                 })
             }),
             epoch: Instant::now(),
@@ -155,10 +154,8 @@ impl Impair {
                         .epoch
                         .checked_add(Duration::from_nanos(t.as_nanos()))
                         .unwrap_or(now),
-                    None => {
-                        c.queue_dropped += 1;
-                        continue;
-                    }
+                    // Dropped by a full queue (the bottleneck counts it).
+                    None => continue,
                 },
                 None => now,
             };
@@ -289,6 +286,12 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         }
     }
     let c = &imp.counts;
+    let queue_dropped: u64 = imp
+        .bottleneck
+        .iter()
+        .flatten()
+        .map(|b| b.stats().dropped)
+        .sum();
     eprintln!(
         "relay stopping: {} datagrams received from {} clients, {} lost, {} dropped by a full \
          queue, {} duplicated, {} reordered, {} corrupted, {} forwarded, {} sends failed, {} \
@@ -296,7 +299,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         c.received,
         clients.len(),
         c.lost,
-        c.queue_dropped,
+        queue_dropped,
         c.duplicated,
         c.reordered,
         c.corrupted,
@@ -343,7 +346,13 @@ mod tests {
             done[4].is_empty() && done[5].is_empty(),
             "waits > 3 ms: dropped"
         );
-        assert_eq!(imp.counts.queue_dropped, 2);
+        let dropped: u64 = imp
+            .bottleneck
+            .iter()
+            .flatten()
+            .map(|b| b.stats().dropped)
+            .sum();
+        assert_eq!(dropped, 2);
         // The other direction has a bottleneck of its own.
         assert_eq!(imp.plan(t0, &mut d, false), [t0 + ms(1)]);
         // Once the link is idle again a datagram goes through at once.
