@@ -295,6 +295,32 @@ pub struct Connection<S: LayerSet = DynStack> {
     max_message: usize,
 }
 
+/// A point in a connection's sending ([`Connection::delivery_mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliveryMark {
+    messages: u64,
+    taken: u64,
+    outstanding: u64,
+}
+
+impl DeliveryMark {
+    /// Application messages sent before the mark.
+    pub fn messages(&self) -> u64 {
+        self.messages
+    }
+
+    /// Messages the reliable layer had taken and the peer had not acknowledged when the mark
+    /// was made.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding
+    }
+
+    /// How many messages the reliable layer took between `earlier` and this mark.
+    pub fn since(&self, earlier: &DeliveryMark) -> u64 {
+        self.taken.saturating_sub(earlier.taken)
+    }
+}
+
 /// A connection over a dynamic stack.
 pub type DynConnection = Connection<DynStack>;
 
@@ -403,6 +429,37 @@ impl<S: LayerSet> Connection<S> {
     /// may still be pending). Without a reliable layer, as soon as it left.
     pub fn all_acknowledged(&self) -> bool {
         !self.core.holds_unacked() && !self.pa.as_ref().is_some_and(|pa| pa.busy())
+    }
+
+    /// A mark of what has been sent so far, for confirming messages in order while more are
+    /// in flight: once [`acknowledged_to`](Self::acknowledged_to) says so, the first
+    /// [`DeliveryMark::messages`] messages the application sent were all acknowledged by the
+    /// peer's reliable layer. `None` when the stack has no layer that numbers what it takes
+    /// ([`Layer::acked_prefix`](crate::Layer::acked_prefix)), or when not everything sent has
+    /// reached that layer yet (the accelerator's deferred work or backlog, a layer above it
+    /// holding messages): ask again later, or wait for
+    /// [`all_acknowledged`](Self::all_acknowledged).
+    pub fn delivery_mark(&self) -> Option<DeliveryMark> {
+        if self.pa.as_ref().is_some_and(|pa| pa.busy()) {
+            return None;
+        }
+        match self.core.layers().acked_prefix() {
+            Some((p, true)) => Some(DeliveryMark {
+                messages: self.core.stats().sent_msgs,
+                taken: p.taken,
+                outstanding: p.taken - p.acked.min(p.taken),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the peer acknowledged everything sent before `mark` (a mark of this
+    /// connection's).
+    pub fn acknowledged_to(&self, mark: &DeliveryMark) -> bool {
+        self.core
+            .layers()
+            .acked_prefix()
+            .is_some_and(|(p, _)| p.acked >= mark.taken)
     }
 
     /// Whether [`post_process`](Self::post_process) has work: deferred post-processing or a

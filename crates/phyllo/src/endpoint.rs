@@ -34,10 +34,11 @@
 //! a peer silent for [`dead_after`](SessionConfig::dead_after) while data is outstanding, a
 //! failed handshake, the key-usage limit, an idle timeout, or [`close`](SessionEndpoint::close)
 //! — and then every message the application sent that the session had not *confirmed* is
-//! handed back in [`Event::Ended`], in order: confirmed means that afterwards, at some moment,
-//! everything the connection had sent was acknowledged
-//! ([`Connection::all_acknowledged`]), so a message is either known delivered or returned,
-//! never silently lost. (A returned message may have arrived all the same — its
+//! handed back in [`Event::Ended`], in order: confirmed means that the peer's reliable layer
+//! acknowledged it and everything sent before it ([`Connection::delivery_mark`]; with a stack
+//! whose layers do not number what they take: that afterwards, at some moment, everything the
+//! connection had sent was acknowledged, [`Connection::all_acknowledged`]), so a message is
+//! either known delivered or returned, never silently lost. (A returned message may have arrived all the same — its
 //! acknowledgement was lost — so an application that sends returned messages again gets
 //! at-least-once across sessions.) Messages sent while a session is being replaced wait and go
 //! into the new one, after the old one's are confirmed, so order between sessions holds.
@@ -123,7 +124,7 @@
 
 #[cfg(doc)]
 use crate::conn::Received;
-use crate::conn::{BuildError, Config, Connection, SendError, Stats, MAX_MESSAGE};
+use crate::conn::{BuildError, Config, Connection, DeliveryMark, SendError, Stats, MAX_MESSAGE};
 use crate::layer::Role;
 use crate::msg::{count_copy, Msg, Pool, FRESH_TAILROOM, HEADROOM};
 use crate::session::mac::{CookieJar, ResponderMacKeys, COOKIE_REPLY, MAC_LEN};
@@ -642,6 +643,11 @@ struct Session<S: LayerSet> {
     last_active: Time,
     /// The messages sent and not yet confirmed: the copy the reliability contract hands back.
     unconfirmed: Unconfirmed,
+    /// Marks of the sending waiting for the peer's acknowledgement, oldest first, at most
+    /// [`MARKS`] (boxed, and only while messages are unconfirmed: an idle session pays a
+    /// pointer).
+    #[allow(clippy::box_collection)]
+    marks: Option<Box<VecDeque<DeliveryMark>>>,
     dead: bool,
     /// Spare memory given back since the last traffic.
     shrunk: bool,
@@ -663,6 +669,11 @@ struct Unconfirmed {
     arena: Option<Box<Vec<u8>>>,
     /// Bytes of the messages (what [`SessionConfig::retain_limit`] counts).
     bytes: usize,
+    /// The session's number of the first message kept (how many were confirmed before it).
+    first: u64,
+    /// Bytes of the arena that confirmed messages left behind (reclaimed when the arena
+    /// empties, or compacted once they are most of it).
+    dead: usize,
 }
 
 /// One message of [`Unconfirmed`].
@@ -674,6 +685,9 @@ enum Kept {
     /// A tiny message, in the entry itself (a ping, a request: no allocation at all).
     Tiny(u8, [u8; TINY]),
 }
+
+/// Delivery marks a session waits on at most ([`Session::confirm`]).
+const MARKS: usize = 4;
 
 /// The longest message [`Kept::Tiny`] holds: what fits in an entry without making it larger
 /// than one holding a buffer (40 bytes).
@@ -725,6 +739,7 @@ impl Unconfirmed {
 
     /// Confirmed: the buffers go back to `pool`.
     fn clear(&mut self, pool: &mut Pool) {
+        self.first += self.kept.len() as u64;
         for k in self.kept.drain(..) {
             if let Kept::Buf(m) = k {
                 recycle(pool, m);
@@ -734,6 +749,56 @@ impl Unconfirmed {
             a.clear();
         }
         self.bytes = 0;
+        self.dead = 0;
+    }
+
+    /// The session's first `n` messages are confirmed: those still kept go (their buffers
+    /// back to `pool`).
+    fn confirm_upto(&mut self, n: u64, pool: &mut Pool) {
+        if n >= self.first + self.kept.len() as u64 {
+            self.clear(pool);
+            return;
+        }
+        while self.first < n {
+            let Some(k) = self.kept.pop_front() else {
+                break;
+            };
+            self.first += 1;
+            match k {
+                Kept::Buf(m) => {
+                    self.bytes -= m.len();
+                    recycle(pool, m);
+                }
+                Kept::Small(r) => {
+                    self.bytes -= r.len();
+                    self.dead += r.len();
+                }
+                Kept::Tiny(len, _) => self.bytes -= usize::from(len),
+            }
+        }
+        self.compact();
+    }
+
+    /// Move the arena's live messages to its front once the dead bytes are most of it (and
+    /// more than 64 KiB): a session that is never fully acknowledged still reuses its arena.
+    fn compact(&mut self) {
+        let Some(arena) = self.arena.as_deref_mut() else {
+            return;
+        };
+        if self.dead < 64 << 10 || self.dead * 2 < arena.len() {
+            return;
+        }
+        let mut to = 0;
+        for k in &mut self.kept {
+            if let Kept::Small(r) = k {
+                let len = r.len();
+                arena.copy_within(r.clone(), to);
+                *r = to..to + len;
+                to += len;
+            }
+        }
+        arena.truncate(to);
+        self.dead = 0;
     }
 
     /// Every message, in order, as the `Vec`s [`Event::Ended`] hands back (copies, at the end
@@ -801,11 +866,43 @@ impl<S: LayerSet> Session<S> {
         !self.unconfirmed.is_empty() || !self.conn.all_acknowledged()
     }
 
-    /// Everything sent so far was acknowledged: the messages kept are confirmed, their buffers
-    /// go back to `pool`.
+    /// Confirm what the peer acknowledged; the buffers go back to `pool`. Everything, once
+    /// everything sent so far was acknowledged; before that, in order, the messages sent
+    /// before a [`DeliveryMark`] the reliable layer's acknowledgements passed. Marks are made
+    /// here, while messages are unconfirmed, at most [`MARKS`] at once and each after at
+    /// least a [`MARKS`]th of what was outstanding at the last: a bulk sender's messages are
+    /// confirmed about every quarter of a round trip, and the copies it keeps span little
+    /// more than what is in flight (without marks a sender at its retention limit would wait
+    /// until its whole window was acknowledged, leaving the path idle for a round trip).
     fn confirm(&mut self, pool: &mut Pool) {
-        if !self.unconfirmed.is_empty() && self.conn.all_acknowledged() {
+        if self.unconfirmed.is_empty() {
+            self.marks = None;
+            return;
+        }
+        if self.conn.all_acknowledged() {
             self.unconfirmed.clear(pool);
+            self.marks = None;
+            return;
+        }
+        let marks = self.marks.get_or_insert_with(Default::default);
+        let mut upto = None;
+        while let Some(m) = marks.front().filter(|m| self.conn.acknowledged_to(m)) {
+            upto = Some(m.messages());
+            marks.pop_front();
+        }
+        if let Some(n) = upto {
+            self.unconfirmed.confirm_upto(n, pool);
+        }
+        if marks.len() < MARKS {
+            if let Some(m) = self.conn.delivery_mark() {
+                let due = marks.back().is_none_or(|b| {
+                    m.messages() > b.messages()
+                        && m.since(b) >= (b.outstanding() / MARKS as u64).max(1)
+                });
+                if due {
+                    marks.push_back(m);
+                }
+            }
         }
     }
 
@@ -2017,6 +2114,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             last_rx: now,
             last_active: now,
             unconfirmed: Unconfirmed::default(),
+            marks: None,
             dead: false,
             shrunk: false,
         });

@@ -30,6 +30,15 @@ pub enum Role {
     Responder,
 }
 
+/// A reliable layer's progress ([`Layer::acked_prefix`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AckedPrefix {
+    /// Messages taken from the layer above, all told.
+    pub taken: u64,
+    /// How many of them, from the first, the peer acknowledged.
+    pub acked: u64,
+}
+
 /// What a layer learns at initialisation besides the field registry.
 #[derive(Clone, Debug)]
 pub struct InitCx {
@@ -644,6 +653,15 @@ pub trait Layer: Send {
         self.busy()
     }
 
+    /// A reliable layer's progress: the messages it took from the layer above so far, and
+    /// how many of them, from the first, the peer acknowledged. A session confirms what the
+    /// application sent from it while more is in flight ([`crate::Connection::delivery_mark`]),
+    /// instead of waiting for a moment when nothing is; the messages must be acknowledged in
+    /// the order they were taken. `None` (the default): the layer does not number them.
+    fn acked_prefix(&self) -> Option<AckedPrefix> {
+        None
+    }
+
     /// Give back memory held for traffic that is not there (empty queues' capacity, slots
     /// for out-of-order data): a session idle for a while calls it, so that thousands of idle
     /// sessions cost little. The next burst allocates again.
@@ -745,6 +763,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn holds_unacked(&self) -> bool {
         (**self).holds_unacked()
+    }
+    fn acked_prefix(&self) -> Option<AckedPrefix> {
+        (**self).acked_prefix()
     }
     fn shrink(&mut self) {
         (**self).shrink()

@@ -124,7 +124,8 @@ pub mod time;
 // `layer`, `field` and `layout`; the accelerator's parts; the filter machine).
 pub use accel::FastPathCheck;
 pub use conn::{
-    BuildError, Config, Connection, DynConnection, Received, Refusal, SendError, Stats,
+    BuildError, Config, Connection, DeliveryMark, DynConnection, Received, Refusal, SendError,
+    Stats,
 };
 pub use endpoint::{
     Discard, EndReason, EndpointBuildError, Event, Input, PeerId, PeerStats, SendMsgError,

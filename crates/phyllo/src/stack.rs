@@ -15,7 +15,7 @@
 
 use crate::filter::Segment;
 use crate::layer::{
-    Cx, Handoff, Hdr, InitCx, Layer, LayerCounters, Origin, Packet, Predict, Verdict,
+    AckedPrefix, Cx, Handoff, Hdr, InitCx, Layer, LayerCounters, Origin, Packet, Predict, Verdict,
 };
 use crate::layers::{Checksum, Cipher, Frag, Seal};
 use crate::layout::FieldRegistry;
@@ -39,6 +39,10 @@ pub trait LayerSet {
     fn busy(&self) -> bool;
     /// [`Layer::holds_unacked`] of any layer.
     fn holds_unacked(&self) -> bool;
+    /// [`Layer::acked_prefix`] of the topmost layer that reports one, and whether no layer
+    /// above it holds messages ([`Layer::holds_unacked`]): only then does the count of
+    /// messages it took cover everything the application sent.
+    fn acked_prefix(&self) -> Option<(AckedPrefix, bool)>;
     /// [`Layer::shrink`] of every layer.
     fn shrink(&mut self);
     /// [`Layer::pre_send`] of layer `i`.
@@ -220,6 +224,16 @@ impl LayerSet for DynStack {
     fn holds_unacked(&self) -> bool {
         self.iter().any(|l| l.holds_unacked())
     }
+    fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
+        let mut clear = true;
+        for l in self {
+            if let Some(p) = l.acked_prefix() {
+                return Some((p, clear));
+            }
+            clear &= !l.holds_unacked();
+        }
+        None
+    }
     fn shrink(&mut self) {
         self.iter_mut().for_each(|l| l.shrink())
     }
@@ -287,6 +301,9 @@ impl LayerSet for () {
     }
     fn holds_unacked(&self) -> bool {
         false
+    }
+    fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
+        None
     }
     fn shrink(&mut self) {}
     fn pre_send_at(&self, _: usize, _: &mut Packet<'_>) -> Verdict {
@@ -364,6 +381,13 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
     }
     fn holds_unacked(&self) -> bool {
         self.0.holds_unacked() || self.1.holds_unacked()
+    }
+    fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
+        if let Some(p) = self.0.acked_prefix() {
+            return Some((p, true));
+        }
+        let above = self.0.holds_unacked();
+        self.1.acked_prefix().map(|(p, clear)| (p, clear && !above))
     }
     fn shrink(&mut self) {
         self.0.shrink();

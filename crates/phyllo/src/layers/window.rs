@@ -57,7 +57,9 @@
 use super::sack::{AckFrame, MAX_OFFSET, MAX_RANGES};
 use crate::congestion::{Algorithm, Controller, Pacer, RttEstimator};
 use crate::field::{FieldClass, FieldHandle};
-use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
+use crate::layer::{
+    AckedPrefix, Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict,
+};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 use crate::outline::cold;
@@ -1161,6 +1163,16 @@ impl<const O: bool> Layer for Window<O> {
 
     fn holds_unacked(&self) -> bool {
         !self.sent.is_empty() || !self.backlog.is_empty()
+    }
+
+    /// Messages are numbered in the order they are taken (the backlog's wait for a
+    /// number), from 0, and `snd_una` is the cumulative acknowledgement.
+    fn acked_prefix(&self) -> Option<AckedPrefix> {
+        self.f?;
+        Some(AckedPrefix {
+            taken: self.snd_next + self.backlog.len() as u64,
+            acked: self.snd_una,
+        })
     }
 
     fn shrink(&mut self) {
