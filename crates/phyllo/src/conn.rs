@@ -21,6 +21,7 @@
 //! [`Config::accelerate`] is set, the [`accel`](crate::accel)erator wrapped around it, which
 //! owns its own state and calls the core through a narrow interface.
 
+use crate::accel::preamble::PREAMBLE_LEN;
 use crate::accel::{AccelConfig, AccelStats, Accelerator, FastPathCheck};
 use crate::field::{ByteOrder, FieldLoc};
 use crate::layer::{DirectionKeys, DropReason, InitCx, RefusedAt, Role};
@@ -28,6 +29,7 @@ pub use crate::layered::Stats;
 use crate::layered::{Bare, Core};
 use crate::layout::{FieldRegistry, Layout, LayoutError};
 use crate::msg::{Msg, Pool};
+use crate::plpmtu::PathMtu;
 use crate::stack::{build_dyn, DynStack, LayerSet, SpecError};
 use crate::time::{earliest, Time};
 use std::sync::{Arc, Mutex};
@@ -86,6 +88,10 @@ pub struct Config {
     /// as [`Miss::Distrusted`](crate::accel::Miss::Distrusted) with the layer named in
     /// [`AccelStats`]. [`FastPathCheck::Off`] only to measure the bare fast path.
     pub fast_path_check: FastPathCheck,
+    /// Bytes the driver puts around each datagram the connection makes, inside the UDP
+    /// payload (a session endpoint's header): what the path's datagram size must leave room
+    /// for ([`crate::plpmtu`]). 0 by default.
+    pub datagram_overhead: usize,
 }
 
 /// A session's keys as a one-shot grant: the first connection built from a [`Config`]
@@ -136,6 +142,7 @@ impl Config {
             order: ByteOrder::NATIVE,
             cookie: None,
             fast_path_check: FastPathCheck::DEFAULT,
+            datagram_overhead: 0,
         }
     }
 
@@ -356,10 +363,13 @@ impl<S: LayerSet> Connection<S> {
             role: cfg.role,
             session,
             max_message: cfg.max_message,
+            path: PathMtu::new(),
         };
+        let preamble = if cfg.accelerate { PREAMBLE_LEN } else { 0 };
         let mut reg = FieldRegistry::new();
         let mut fields = None;
-        let core = Core::new(layers, &icx, cfg.max_queue, &mut reg, |reg, n| {
+        let outer = preamble + cfg.datagram_overhead;
+        let core = Core::new(layers, &icx, outer, cfg.max_queue, &mut reg, |reg, n| {
             if cfg.accelerate {
                 fields = Some(crate::accel::declare(reg));
                 Layout::compact(reg.specs(), n, cfg.order)

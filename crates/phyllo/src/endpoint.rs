@@ -256,9 +256,10 @@ impl SessionConfig {
 pub type MakeConnection<S> = Box<dyn FnMut(Config) -> Result<Connection<S>, BuildError> + Send>;
 
 /// The stack a [`SessionEndpoint::builder`] gives its sessions unless told otherwise:
-/// fragmentation, a reliable window under CUBIC congestion control with pacing (up to 16 MiB in
-/// flight), authenticated encryption.
-pub const DEFAULT_STACK: &str = "frag(1400):window:seal";
+/// fragmentation to the datagram size the path carries (searched for from 1200 bytes up to
+/// 1452, [`crate::plpmtu`]), a reliable window under CUBIC congestion control with pacing (up
+/// to 16 MiB in flight), authenticated encryption.
+pub const DEFAULT_STACK: &str = "frag:window:seal";
 
 /// A session endpoint could not be built ([`SessionEndpointBuilder::build`]).
 #[derive(Debug, Error)]
@@ -2046,6 +2047,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
         };
         let cfg = Config {
             accelerate: self.cfg.accelerate,
+            // The session header goes in front of every datagram.
+            datagram_overhead: DATA_HEADER,
             ..Config::new(keys.role)
         }
         .with_session(keys);

@@ -18,6 +18,7 @@ use crate::field::{ByteOrder, FieldHandle};
 use crate::filter::Segment;
 use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
+use crate::plpmtu::PathMtu;
 use crate::time::Time;
 use std::fmt;
 
@@ -50,6 +51,9 @@ pub struct InitCx {
     pub session: Option<DirectionKeys>,
     /// Largest application message the connection accepts.
     pub max_message: usize,
+    /// The connection's path size, as this layer sees it: the layer that searches for it
+    /// sets it, the layer that cuts messages reads it ([`crate::plpmtu`]).
+    pub path: PathMtu,
 }
 
 /// Two keys, one per direction: a session's from its handshake, or one layer's, derived from
@@ -653,6 +657,13 @@ pub trait Layer: Send {
         self.busy()
     }
 
+    /// Bytes this layer appends to every message's body on the way down (an authentication
+    /// tag): what the path's datagram size must leave room for above it
+    /// ([`crate::plpmtu::PathMtu::body_limit`]). 0 by default.
+    fn trailer_len(&self) -> usize {
+        0
+    }
+
     /// A reliable layer's progress: the messages it took from the layer above so far, and
     /// how many of them, from the first, the peer acknowledged. A session confirms what the
     /// application sent from it while more is in flight ([`crate::Connection::delivery_mark`]),
@@ -766,6 +777,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn acked_prefix(&self) -> Option<AckedPrefix> {
         (**self).acked_prefix()
+    }
+    fn trailer_len(&self) -> usize {
+        (**self).trailer_len()
     }
     fn shrink(&mut self) {
         (**self).shrink()

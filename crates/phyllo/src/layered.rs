@@ -23,6 +23,7 @@ use crate::layer::{
 };
 use crate::layout::{FieldRegistry, Layout};
 use crate::msg::{Msg, Pool};
+use crate::plpmtu::PathMtu;
 use crate::ready::{Ready, Split};
 use crate::stack::LayerSet;
 use crate::stack::PostParts;
@@ -126,6 +127,8 @@ pub(crate) struct Core<S: LayerSet> {
     rx_wire: ByteOrder,
     /// Received input refused so far.
     refusals: Refusals,
+    /// The path's datagram size, as the top layer sees it ([`crate::plpmtu`]).
+    path: PathMtu,
 }
 
 impl<S: LayerSet> Core<S> {
@@ -136,6 +139,7 @@ impl<S: LayerSet> Core<S> {
     pub(crate) fn new<E>(
         mut layers: S,
         icx: &InitCx,
+        outer: usize,
         max_queue: usize,
         reg: &mut FieldRegistry,
         layout: impl FnOnce(&mut FieldRegistry, usize) -> Result<Layout, E>,
@@ -147,10 +151,21 @@ impl<S: LayerSet> Core<S> {
                 role: icx.role,
                 session: icx.session.as_ref().map(|k| k.for_layer(i)),
                 max_message: icx.max_message,
+                path: icx.path.for_layer(i),
             };
             layers.init_at(i, reg, &cx);
         }
         let layout = layout(reg, n)?;
+        // What a datagram carries besides layer i's body: the header area, the trailers of
+        // the layers below, and `outer` (the accelerator's preamble, the driver's header).
+        let mut below = outer + layout.header_len();
+        let mut overheads = vec![0; n];
+        for i in (0..n).rev() {
+            overheads[i] = below;
+            below += layers.trailer_len_at(i);
+        }
+        icx.path.set_overheads(overheads);
+        let path = icx.path.for_layer(0);
         let keyed = (0..n).rev().find(|&i| layers.needs_keys_at(i));
         let stats = Stats {
             layers: (0..n)
@@ -178,6 +193,7 @@ impl<S: LayerSet> Core<S> {
                 keyed,
                 ..Refusals::default()
             },
+            path,
         })
     }
 
@@ -185,6 +201,12 @@ impl<S: LayerSet> Core<S> {
     #[inline(always)]
     pub(crate) fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The path's datagram size, as the top layer sees it.
+    #[inline(always)]
+    pub(crate) fn path(&self) -> &PathMtu {
+        &self.path
     }
 
     /// The layers.

@@ -112,6 +112,7 @@ pub mod layers;
 pub mod layout;
 pub mod msg;
 pub mod outline;
+pub mod plpmtu;
 pub mod poller;
 mod ready;
 pub mod session;

@@ -43,6 +43,8 @@ pub trait LayerSet {
     /// above it holds messages ([`Layer::holds_unacked`]): only then does the count of
     /// messages it took cover everything the application sent.
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)>;
+    /// [`Layer::trailer_len`] of layer `i`.
+    fn trailer_len_at(&self, i: usize) -> usize;
     /// [`Layer::shrink`] of every layer.
     fn shrink(&mut self);
     /// [`Layer::pre_send`] of layer `i`.
@@ -224,6 +226,9 @@ impl LayerSet for DynStack {
     fn holds_unacked(&self) -> bool {
         self.iter().any(|l| l.holds_unacked())
     }
+    fn trailer_len_at(&self, i: usize) -> usize {
+        self.get(i).map_or(0, |l| l.trailer_len())
+    }
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
         let mut clear = true;
         for l in self {
@@ -305,6 +310,9 @@ impl LayerSet for () {
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
         None
     }
+    fn trailer_len_at(&self, _: usize) -> usize {
+        0
+    }
     fn shrink(&mut self) {}
     fn pre_send_at(&self, _: usize, _: &mut Packet<'_>) -> Verdict {
         Verdict::Continue
@@ -381,6 +389,13 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
     }
     fn holds_unacked(&self) -> bool {
         self.0.holds_unacked() || self.1.holds_unacked()
+    }
+    fn trailer_len_at(&self, i: usize) -> usize {
+        if i == 0 {
+            self.0.trailer_len()
+        } else {
+            self.1.trailer_len_at(i - 1)
+        }
     }
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
         if let Some(p) = self.0.acked_prefix() {
@@ -668,12 +683,13 @@ fn nothing(args: Option<&str>) -> Result<(), String> {
 }
 
 impl Registry {
-    /// The built-in layers: `frag(N)`, `window(N)`, `checksum`, `seal` (`seal(aes)`, the
+    /// The built-in layers: `frag` or `frag(N)`, `window(N)`, `checksum`, `seal` (`seal(aes)`, the
     /// default, or `seal(chacha)`).
     pub fn new() -> Registry {
         let mut r = Registry { makers: Vec::new() };
-        r.register("frag", "frag(N)", |a| {
-            number(a, 1400, 64, 65_000).map(|n| Box::new(Frag::new(n)) as Box<dyn Layer>)
+        r.register("frag", "frag or frag(N)", |a| match a {
+            None | Some("") => Ok(Box::new(Frag::path_sized()) as Box<dyn Layer>),
+            a => number(a, 0, 64, 65_000).map(|n| Box::new(Frag::new(n)) as Box<dyn Layer>),
         });
         r.register("window", "window(N|cubic|newreno|bbr)", |a| {
             crate::layers::window::from_spec(a).map(|w| Box::new(w) as Box<dyn Layer>)

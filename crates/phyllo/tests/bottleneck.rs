@@ -6,7 +6,7 @@
 //!
 //! Every test runs twice, layered and accelerated (`Config::pair(true)`); connections are
 //! built from a spec:
-//! `frag(1400):window:seal` is the default stack (CUBIC), `window(cubic)`, `window(newreno)`
+//! `frag:window:seal` is the default stack (CUBIC, datagrams sized by the path), `window(cubic)`, `window(newreno)`
 //! and `window(bbr)` name the controllers. Each test prints what it measured (run with
 //! `--nocapture`) and its wall time, then asserts the goal.
 //!
@@ -24,7 +24,7 @@ use phyllo::{Connection, Time};
 use std::time::{Duration, Instant};
 
 /// The default stack (CUBIC).
-const DEFAULT: &str = "frag(1400):window:seal";
+const DEFAULT: &str = phyllo::DEFAULT_STACK;
 
 /// The stacks of each controller.
 const CONTROLLERS: [&str; 3] = [
@@ -206,7 +206,10 @@ fn one_flow_fills_a_long_fat_path_in() {
 
 /// (b) Two flows of the default stack, the second starting 2 s after the first, share a
 /// 50 Mbit/s, 50 ms bottleneck (a queue of one BDP) fairly: Jain's index of their goodputs
-/// over the last 10 s of a 30 s run is at least 0.95, and together they use the link.
+/// over the last 10 s of a 60 s run is at least 0.95, and together they use the link. (60 s:
+/// a flow that joins a full queue can leave slow start early — HyStart++ sees the queue the
+/// first flow built — and CUBIC then takes tens of seconds at this round trip to reach its
+/// share; within 30 s some runs had not.)
 #[test]
 fn two_flows_converge_to_a_fair_share() {
     both_modes(two_flows_converge_to_a_fair_share_in);
@@ -215,7 +218,7 @@ fn two_flows_converge_to_a_fair_share() {
 fn two_flows_converge_to_a_fair_share_in() {
     let wall = Instant::now();
     let path = Path::clean(50.0, 50);
-    let end = 30.0;
+    let end = 60.0;
     let mut d = dumbbell(&path, DEFAULT, &[Time::ZERO, secs(2.0)]);
     d.run_bulk(secs(end), MSG).expect("runs");
     let (from, to) = (secs(end - 10.0), secs(end));

@@ -296,6 +296,10 @@ impl Accelerator {
                 self.send_missed(core, now, m, why, msgs);
                 return None;
             }
+        } else if core.path().body_limit().is_some_and(|b| m.len() - hl > b) {
+            // Larger than the path carries: the layer that cuts messages cuts it.
+            self.send_missed(core, now, m, Miss::Fragment, msgs);
+            return None;
         } else if let Some(why) = self.send_filter(&mut m, core.layout().order()) {
             self.send_missed(core, now, m, why, msgs);
             return None;
@@ -363,6 +367,13 @@ impl Accelerator {
         if stop.is_some() {
             core.free_kept();
             return Some(Miss::Unpredicted);
+        }
+        if core
+            .path()
+            .body_limit()
+            .is_some_and(|b| m.len() - self.header_len > b)
+        {
+            return Some(Miss::Fragment);
         }
         self.send_filter(m, core.layout().order())
     }

@@ -4,8 +4,16 @@
 //! path with a one-bit protocol-specific field that is set if and only if the message is a
 //! fragment, so the receiver's header prediction fails and reassembly takes the layered path.
 //! A message whose body exceeds the fragment size is absorbed in pre-send and split in
-//! post-send; each fragment's body starts with a 12-byte fragment header (message id, total
-//! length, offset; big-endian) that only fragments carry, so ordinary messages pay one bit.
+//! post-send; each fragment's body starts with a 12-byte fragment header (message id, chunk
+//! size, total length, offset; big-endian) that only fragments carry, so ordinary messages pay
+//! one bit.
+//!
+//! **The fragment size comes from the path.** `frag(N)` cuts bodies of at most `N` bytes, and
+//! fewer when the path carries less; `frag` cuts them to what the path carries
+//! ([`crate::plpmtu`]: the reliable layer below searches for it; at most
+//! [`MAX_PLPMTU`] bytes of datagram while nothing searches). The size may change between
+//! messages, never within one: each fragment names its message's chunk size, so the receiver
+//! reassembles whatever size the sender used.
 //!
 //! Reassembly is bounded: at most [`MAX_SLOTS`] messages in progress (the oldest is evicted and
 //! counted) and none longer than the connection's maximum message size. Overlapping, misplaced
@@ -17,15 +25,31 @@ use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict,
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 use crate::outline::cold;
+use crate::plpmtu::{PathMtu, MAX_PLPMTU};
 
 /// Bytes of the fragment header at the start of a fragment's body.
 pub const FRAG_HEADER: usize = 12;
 /// Reassemblies in progress at most.
 pub const MAX_SLOTS: usize = 4;
 
+/// A fragment header.
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    /// The message's number (wrapping; at most [`MAX_SLOTS`] are reassembled at once).
+    id: u16,
+    /// Body bytes of every fragment of the message but the last.
+    chunk: usize,
+    /// The message's body bytes.
+    total: usize,
+    /// This fragment's place in the body.
+    off: usize,
+}
+
 #[derive(Debug)]
 struct Slot {
-    id: u32,
+    id: u16,
+    /// Body bytes per fragment (all but the last).
+    chunk: usize,
     total: usize,
     /// Header area of the first fragment, then the message body.
     msg: Msg,
@@ -38,11 +62,13 @@ struct Slot {
 /// ([`crate::outline`]); the ordinary layer is `Frag` (`O = false`).
 #[derive(Debug)]
 pub struct Frag<const O: bool = false> {
-    /// Largest body of any message leaving this layer.
+    /// Largest body of any message leaving this layer (`usize::MAX`: what the path allows).
     size: usize,
+    /// The path's datagram size ([`crate::plpmtu`]).
+    path: Option<PathMtu>,
     max_message: usize,
     field: Option<FieldHandle>,
-    next_id: u32,
+    next_id: u16,
     slots: Vec<Slot>,
     clock: u64,
     name: &'static str,
@@ -53,6 +79,14 @@ impl Frag {
     pub fn new(size: usize) -> Frag {
         Frag::build(size)
     }
+
+    /// A frag layer whose fragments carry what the path allows.
+    pub fn path_sized() -> Frag {
+        Frag {
+            size: usize::MAX,
+            ..Frag::build(64)
+        }
+    }
 }
 
 impl<const O: bool> Frag<O> {
@@ -60,6 +94,7 @@ impl<const O: bool> Frag<O> {
     pub fn build(size: usize) -> Frag<O> {
         Frag {
             size: size.max(64),
+            path: None,
             max_message: 1 << 20,
             field: None,
             next_id: 0,
@@ -74,9 +109,27 @@ impl<const O: bool> Frag<O> {
         Frag { name, ..self }
     }
 
-    /// Payload bytes per fragment.
-    fn chunk(&self) -> usize {
-        self.size - FRAG_HEADER
+    /// The largest body a message may leave with now: the configured size, the path's limit
+    /// (while a layer below searches for it), at least 64 bytes.
+    #[inline]
+    fn cap(&self) -> usize {
+        let path = self.path.as_ref().and_then(PathMtu::body_limit);
+        match path {
+            Some(p) => self.size.min(p),
+            None => self.static_cap(),
+        }
+        .max(64)
+    }
+
+    /// The largest body without a search: the configured size, or for a path-sized layer
+    /// what a [`MAX_PLPMTU`]-byte datagram holds.
+    fn static_cap(&self) -> usize {
+        if self.size == usize::MAX {
+            let overhead = self.path.as_ref().map_or(0, PathMtu::overhead);
+            MAX_PLPMTU.saturating_sub(overhead).max(64)
+        } else {
+            self.size
+        }
     }
 
     /// Reassemblies in progress.
@@ -84,29 +137,33 @@ impl<const O: bool> Frag<O> {
         self.slots.len()
     }
 
-    fn parse(body: &[u8]) -> Option<(u32, usize, usize)> {
+    fn parse(body: &[u8]) -> Option<Header> {
         let h = body.get(..FRAG_HEADER)?;
-        let id = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-        let total = u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize;
-        let off = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
-        Some((id, total, off))
+        Some(Header {
+            id: u16::from_be_bytes([h[0], h[1]]),
+            chunk: usize::from(u16::from_be_bytes([h[2], h[3]])),
+            total: u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize,
+            off: u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize,
+        })
     }
 
-    /// Whether a fragment is well-formed: in bounds, at a chunk boundary, of the right length.
-    fn check(&self, body: &[u8]) -> Result<(u32, usize, usize), DropReason> {
-        let (id, total, off) = Self::parse(body).ok_or(DropReason::Truncated)?;
+    /// Whether a fragment is well-formed: a chunk size the sender could have used, in bounds,
+    /// at a chunk boundary, of the right length.
+    fn check(&self, body: &[u8]) -> Result<Header, DropReason> {
+        let h = Self::parse(body).ok_or(DropReason::Truncated)?;
         let len = body.len() - FRAG_HEADER;
-        if total > self.max_message {
+        if h.total > self.max_message {
             return Err(DropReason::TooLarge);
         }
-        if total <= self.size
-            || off % self.chunk() != 0
-            || off >= total
-            || len != self.chunk().min(total - off)
+        if h.chunk < 64 - FRAG_HEADER
+            || h.total <= h.chunk
+            || h.off % h.chunk != 0
+            || h.off >= h.total
+            || len != h.chunk.min(h.total - h.off)
         {
             return Err(DropReason::Malformed);
         }
-        Ok((id, total, off))
+        Ok(h)
     }
 }
 
@@ -123,10 +180,11 @@ impl<const O: bool> Layer for Frag<O> {
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.field = Some(fields.add_field(FieldClass::ProtoSpecific, "frag", 1, None));
         self.max_message = cx.max_message;
+        self.path = Some(cx.path.clone());
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if pkt.body().len() > self.size {
+        if pkt.body().len() > self.cap() {
             cold::<O>();
             Verdict::Absorb
         } else {
@@ -144,15 +202,18 @@ impl<const O: bool> Layer for Frag<O> {
         self.next_id = self.next_id.wrapping_add(1);
         let body = &m.data()[hl..];
         let total = body.len();
-        for (k, chunk) in body.chunks(self.chunk()).enumerate() {
+        // One size for the whole message; at most what the header's 16 bits name.
+        let size = (self.cap() - FRAG_HEADER).min(usize::from(u16::MAX));
+        for (k, chunk) in body.chunks(size).enumerate() {
             let mut f = cx.alloc();
             // Headers written (the header area, then the fragment header), then the chunk
             // copied: only the chunk counts as a copy ([`crate::msg::copied_bytes`]).
             f.prepend(&m.data()[..hl]);
             let mut fh = [0u8; FRAG_HEADER];
-            fh[..4].copy_from_slice(&id.to_be_bytes());
+            fh[..2].copy_from_slice(&id.to_be_bytes());
+            fh[2..4].copy_from_slice(&(size as u16).to_be_bytes());
             fh[4..8].copy_from_slice(&(total as u32).to_be_bytes());
-            fh[8..].copy_from_slice(&((k * self.chunk()) as u32).to_be_bytes());
+            fh[8..].copy_from_slice(&((k * size) as u32).to_be_bytes());
             f.append_array(&fh);
             f.extend_from_slice(chunk);
             cx.set(&mut f, field, 1);
@@ -181,13 +242,19 @@ impl<const O: bool> Layer for Frag<O> {
         };
         cold::<O>();
         let hl = cx.header_len();
-        let Ok((id, total, off)) = self.check(&m.data()[hl..]) else {
+        let Ok(Header {
+            id,
+            chunk,
+            total,
+            off,
+        }) = self.check(&m.data()[hl..])
+        else {
             cx.free(m);
             return;
         };
         self.clock += 1;
         let idx = match self.slots.iter().position(|s| s.id == id) {
-            Some(i) if self.slots[i].total == total => i,
+            Some(i) if self.slots[i].total == total && self.slots[i].chunk == chunk => i,
             Some(_) => {
                 cx.count_drop(DropReason::Malformed);
                 cx.free(m);
@@ -207,9 +274,10 @@ impl<const O: bool> Layer for Frag<O> {
                 // fragments come.
                 buf.prepend(&m.data()[..hl]);
                 buf.push_back(total);
-                let n = total.div_ceil(self.chunk());
+                let n = total.div_ceil(chunk);
                 self.slots.push(Slot {
                     id,
+                    chunk,
                     total,
                     msg: buf,
                     got: vec![false; n],
@@ -219,7 +287,7 @@ impl<const O: bool> Layer for Frag<O> {
                 self.slots.len() - 1
             }
         };
-        let k = off / self.chunk();
+        let k = off / chunk;
         let slot = &mut self.slots[idx];
         slot.age = self.clock;
         if slot.got[k] {
@@ -244,7 +312,7 @@ impl<const O: bool> Layer for Frag<O> {
     fn send_filter(&self, seg: &mut Segment) {
         seg.extend([
             Op::PushSize,
-            Op::PushConst(self.size as u64),
+            Op::PushConst(self.static_cap() as u64),
             Op::Gt,
             Op::Abort(crate::filter::MISS_FRAGMENT),
         ]);

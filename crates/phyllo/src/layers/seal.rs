@@ -258,6 +258,11 @@ impl Layer for Seal {
         "seal"
     }
 
+    /// The tag.
+    fn trailer_len(&self) -> usize {
+        TAG_LEN
+    }
+
     /// Yes: its nonce is predicted; its pre-phases (encryption) run on the fast path anyway.
     fn predicts(&self) -> bool {
         true

@@ -63,12 +63,22 @@ use crate::layer::{
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
 use crate::outline::cold;
+use crate::plpmtu::{PathMtu, Search, BASE_PLPMTU, MAX_PLPMTU, MAX_PROBES};
 use crate::time::Time;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 const KIND_DATA: u64 = 0;
 const KIND_ACK: u64 = 1;
+/// A path-size probe: padding after a 4-byte probe id, never resent.
+const KIND_PROBE: u64 = 2;
+/// The answer to a probe: its id.
+const KIND_PROBE_ACK: u64 = 3;
+/// Bytes of a probe's id.
+const PROBE_ID: usize = 4;
+/// The backlog's room before the path-size search's first answer ([`Window`]'s
+/// `can_accept`).
+const UNSETTLED_BACKLOG: usize = 64;
 const SEQ_BITS: u8 = 20;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
@@ -118,6 +128,10 @@ pub struct WindowConfig {
     /// Bytes in flight at most, whatever the controller and the peer say; also the receiver's
     /// buffer for messages above a gap, advertised to the peer.
     pub ceiling: u64,
+    /// The largest datagram the path-size search tries ([`crate::plpmtu`]), bytes of UDP
+    /// payload; 0: no search (the seed's window), datagrams as large as the layers above
+    /// make them.
+    pub max_datagram: usize,
 }
 
 /// A transport header's ports: this end's and the peer's. With them the window stamps every
@@ -147,17 +161,19 @@ impl WindowConfig {
             transport: None,
             controller: None,
             ceiling: DEFAULT_CEILING,
+            max_datagram: 0,
         }
     }
 
-    /// A window whose in-flight limit comes from `controller`, up to [`DEFAULT_CEILING`].
-    /// The first probe timeout, before a round trip is measured, is 100 ms (a path may be
-    /// long).
+    /// A window whose in-flight limit comes from `controller`, up to [`DEFAULT_CEILING`],
+    /// which searches for the path's datagram size up to [`MAX_PLPMTU`]. The first probe
+    /// timeout, before a round trip is measured, is 100 ms (a path may be long).
     pub fn with_controller(controller: Box<dyn Controller>) -> WindowConfig {
         WindowConfig {
             size: MAX_IN_FLIGHT,
             rto: Duration::from_millis(100),
             controller: Some(controller),
+            max_datagram: MAX_PLPMTU,
             ..WindowConfig::new(1)
         }
     }
@@ -288,6 +304,9 @@ pub struct Window<const O: bool = false> {
     /// The generator that picks which messages are held back (xorshift, seeded from the
     /// session's keys so a peer cannot predict it).
     skip_state: u64,
+    /// The search for the path's datagram size, and where it publishes the result (with
+    /// `max_datagram`).
+    search: Option<Box<(Search, PathMtu)>>,
     /// Whether this layer holds the accelerator's send header disabled.
     send_disabled: bool,
     /// Whether the window or the pacer said no since the last send (so the next send is not
@@ -373,6 +392,7 @@ impl<const O: bool> Window<O> {
             probes: 0,
             held: None,
             skip_state: 0x9e37_79b9_7f4a_7c15,
+            search: None,
             send_disabled: false,
             blocked: false,
             rcv_next: 0,
@@ -536,10 +556,21 @@ impl<const O: bool> Window<O> {
         self.sync_disable(cx);
         // The held message's time, while it is to come (after it, transmissions release it).
         let held = self.held.map(|(_, t, _)| t).filter(|&t| t > cx.now());
-        let due = [self.pto_at(), self.loss_at, self.ack_at, self.pace_at, held]
-            .into_iter()
-            .flatten()
-            .min();
+        let probe = self
+            .search
+            .as_ref()
+            .and_then(|s| s.0.deadline(self.pto_base()));
+        let due = [
+            self.pto_at(),
+            self.loss_at,
+            self.ack_at,
+            self.pace_at,
+            held,
+            probe,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         match due {
             Some(t) => cx.set_timer(t),
             None => cx.clear_timer(),
@@ -710,6 +741,66 @@ impl<const O: bool> Window<O> {
     fn pump(&mut self, f: Fields, cx: &mut Cx<'_>) {
         self.pace_at = self.send_allowed(f, cx).err().flatten();
         self.release_held(f, cx);
+        self.probe_path(f, cx);
+    }
+
+    /// Send the path-size search's next probe, if one is due: once a round trip was
+    /// measured (the path carries data), and not while the probe timeout is backing off.
+    /// The probe is a datagram of exactly the size to try: the probe id, then zeros.
+    fn probe_path(&mut self, f: Fields, cx: &mut Cx<'_>) {
+        if self.probes > 0 || self.rtt.smoothed().is_none() {
+            return;
+        }
+        let Some(s) = self.search.as_deref_mut() else {
+            return;
+        };
+        let Some((id, size)) = s.0.next_probe(cx.now()) else {
+            return;
+        };
+        let len = size.saturating_sub(s.1.overhead()).max(PROBE_ID);
+        let mut m = cx.new_packet();
+        let body = m.push_back(len);
+        body.fill(0);
+        body[..PROBE_ID].copy_from_slice(&id.to_be_bytes());
+        self.send_control(m, f, KIND_PROBE, cx);
+        cx.count_event("pmtu.probe", 1);
+    }
+
+    /// Send a control message this layer originates (a probe or its answer): stamped with
+    /// `kind`, the next sequence number (not taken) and the cumulative ack.
+    fn send_control(&mut self, mut m: Msg, f: Fields, kind: u64, cx: &mut Cx<'_>) {
+        cx.set(&mut m, f.kind, kind);
+        cx.set(&mut m, f.seq, self.snd_next);
+        cx.set(&mut m, f.ack, self.rcv_next);
+        self.stamp(&mut m, f, kind, self.snd_next, cx);
+        cx.send_down(m);
+    }
+
+    /// A probe or a probe's answer arrived (authenticated by the layers below).
+    fn on_path_probe(&mut self, kind: u64, m: Msg, f: Fields, cx: &mut Cx<'_>) {
+        let id = m
+            .data()
+            .get(cx.header_len()..)
+            .and_then(|b| b.first_chunk::<PROBE_ID>())
+            .map(|b| u32::from_be_bytes(*b));
+        cx.free(m);
+        let Some(id) = id else { return };
+        if kind == KIND_PROBE {
+            let mut a = cx.new_packet();
+            a.append_array(&id.to_be_bytes());
+            self.send_control(a, f, KIND_PROBE_ACK, cx);
+            return;
+        }
+        let Some(s) = self.search.as_deref_mut() else {
+            return;
+        };
+        match s.0.on_ack(id, cx.now()) {
+            crate::plpmtu::Outcome::Confirmed(n) => {
+                s.1.set_datagram(n);
+                cx.record_peak("pmtu.datagram", n as u64);
+            }
+            _ => cx.count_event("pmtu.stale_answer", 1),
+        }
     }
 
     /// [`pump`](Self::pump)'s sends, until the window or the pacer says no (`Err`, with the
@@ -1040,6 +1131,27 @@ impl<const O: bool> Window<O> {
 
     /// The probe timeout fired: send one probe — new data if any waits, else the newest
     /// message not delivered — and back off.
+    /// The path-size probe's timeout; and a black hole: [`MAX_PROBES`] probe timeouts in a
+    /// row while the confirmed size is above the base send the size back to the base (new
+    /// messages are cut smaller; the search starts again once the path answers).
+    fn path_timer(&mut self, cx: &mut Cx<'_>) {
+        let pto = self.pto_base();
+        let alive = self.probes == 0;
+        let Some(s) = self.search.as_deref_mut() else {
+            return;
+        };
+        match s.0.on_timer(cx.now(), pto, alive) {
+            crate::plpmtu::Outcome::Lost(_) => cx.count_event("pmtu.probe_lost", 1),
+            crate::plpmtu::Outcome::TooLarge(_) => cx.count_event("pmtu.too_large", 1),
+            _ => {}
+        }
+        if self.probes >= MAX_PROBES && s.0.confirmed() > BASE_PLPMTU {
+            s.0.black_hole();
+            s.1.set_datagram(BASE_PLPMTU);
+            cx.count_event("pmtu.black_hole", 1);
+        }
+    }
+
     fn on_probe_timeout(&mut self, f: Fields, cx: &mut Cx<'_>) {
         self.probes += 1;
         // New data if it fits the peer's buffer and this end's ceiling (a probe may exceed
@@ -1151,10 +1263,25 @@ impl<const O: bool> Layer for Window<O> {
             ack: fields.add_field(FieldClass::Gossip, "ack", SEQ_BITS, None),
             transport,
         });
+        if self.cfg.max_datagram > 0 {
+            let path = cx.path.clone();
+            path.set_datagram(BASE_PLPMTU);
+            self.search = Some(Box::new((Search::new(self.cfg.max_datagram), path)));
+        }
     }
 
+    /// Room in the backlog. While the path-size search has no answer yet, at most
+    /// [`UNSETTLED_BACKLOG`] messages wait: the layers above cut what they send to the size
+    /// known so far (the base), and a sender that filled the whole backlog in its first
+    /// round trip would send thousands of datagrams smaller than the path carries.
     fn can_accept(&self) -> bool {
-        self.backlog.len() < self.cfg.backlog
+        let unsettled = self.search.as_ref().is_some_and(|s| !s.0.settled());
+        let room = if unsettled {
+            self.cfg.backlog.min(UNSETTLED_BACKLOG)
+        } else {
+            self.cfg.backlog
+        };
+        self.backlog.len() < room
     }
 
     fn busy(&self) -> bool {
@@ -1265,6 +1392,8 @@ impl<const O: bool> Layer for Window<O> {
                     }
                 }
             }
+            KIND_PROBE if pkt.body().len() >= PROBE_ID => Verdict::Absorb,
+            KIND_PROBE_ACK if pkt.body().len() == PROBE_ID => Verdict::Absorb,
             _ => {
                 cold::<O>();
                 Verdict::Drop(DropReason::Malformed)
@@ -1275,8 +1404,18 @@ impl<const O: bool> Layer for Window<O> {
     fn post_deliver(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
         let Some(f) = self.f else { return };
         let now = cx.now();
+        let kind = hdr.get(f.kind);
+        if kind == KIND_PROBE || kind == KIND_PROBE_ACK {
+            cold::<O>();
+            if let Handoff::Absorbed(m) = h {
+                self.on_path_probe(kind, m, f, cx);
+            }
+            self.pump(f, cx);
+            self.rearm(cx);
+            return;
+        }
         let cum = self.cumulative(hdr.get(f.ack));
-        let is_ack = hdr.get(f.kind) == KIND_ACK;
+        let is_ack = kind == KIND_ACK;
         if is_ack {
             let Handoff::Absorbed(m) = h else {
                 self.rearm(cx);
@@ -1391,6 +1530,7 @@ impl<const O: bool> Layer for Window<O> {
             cold::<O>();
             self.on_probe_timeout(f, cx);
         }
+        self.path_timer(cx);
         if self.ack_at.is_some_and(|t| t <= now) {
             self.send_ack(f, cx);
         }

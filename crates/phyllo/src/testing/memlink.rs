@@ -92,6 +92,8 @@ pub struct LinkStats {
     pub delivered: u64,
     /// Dropped because a direction's bottleneck queue was full (see [`Bottleneck`]).
     pub queue_drops: u64,
+    /// Dropped because they were larger than the direction's MTU ([`MemLink::with_mtu`]).
+    pub too_big: u64,
     /// Bytes handed to B (sent by A).
     pub delivered_bytes_to_b: u64,
     /// Bytes handed to A (sent by B).
@@ -113,6 +115,8 @@ impl LinkStats {
 #[derive(Clone, Debug, Default)]
 struct Shape {
     bottleneck: Option<Bottleneck>,
+    /// Datagrams larger than this are dropped.
+    mtu: Option<usize>,
     jitter: Duration,
     /// The latest in-order arrival (before any `reorder` extra) of any datagram so far.
     last: Time,
@@ -195,6 +199,18 @@ impl MemLink {
         self.shapes[from.dir()].bottleneck.as_mut()
     }
 
+    /// The same link dropping datagrams sent by `from` that are larger than `mtu` bytes (a
+    /// path that does not fragment), counted as [`LinkStats::too_big`].
+    pub fn with_mtu(mut self, from: Side, mtu: usize) -> MemLink {
+        self.set_mtu(from, Some(mtu));
+        self
+    }
+
+    /// Drop datagrams sent by `from` larger than `mtu` from now on (`None`: any size passes).
+    pub fn set_mtu(&mut self, from: Side, mtu: Option<usize>) {
+        self.shapes[from.dir()].mtu = mtu;
+    }
+
     /// The same link with datagrams sent by `from` delayed by up to `jitter` more, in order
     /// (see the module documentation).
     pub fn with_jitter(mut self, from: Side, jitter: Duration) -> MemLink {
@@ -248,6 +264,10 @@ impl MemLink {
     pub fn send_flow(&mut self, from: Side, now: Time, data: &[u8], flow: u32) {
         self.stats.sent += 1;
         let dir = from.dir();
+        if self.shapes[dir].mtu.is_some_and(|m| data.len() > m) {
+            self.stats.too_big += 1;
+            return;
+        }
         // The bottleneck comes first: what it drops draws no fate (only a link with a
         // bottleneck draws differently from one without).
         let crossed = match &mut self.shapes[dir].bottleneck {

@@ -80,7 +80,7 @@ const TBF: Tbf = Tbf {
     limit_bytes: RATE_BITS / 8 * (2 * ONE_WAY_MS as u64) / 1000,
 };
 /// The stack on the lossy path: the window layer with the BBR controller.
-const LOSSY_STACK: &str = "frag(1400):window(bbr):seal";
+const LOSSY_STACK: &str = "frag:window(bbr):seal";
 /// How often a probe goes out.
 const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// How often the server's partial files and the client's counters are read.
