@@ -133,28 +133,6 @@ pub(super) fn set_udp_option(
     set_option(fd, libc::SOL_UDP, option, value)
 }
 
-/// Send with "don't fragment" set and the kernel's own path-MTU estimate ignored
-/// (`IP_PMTUDISC_PROBE`, `IPV6_PMTUDISC_PROBE`): the protocol finds the path's datagram size
-/// itself (DPLPMTUD), so a probe too large for the path must be dropped, not fragmented, and
-/// one too large for the interface fails with `EMSGSIZE`.
-pub(super) fn set_dont_fragment(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
-    if ipv6 {
-        set_option(
-            fd,
-            libc::IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            libc::IPV6_PMTUDISC_PROBE,
-        )
-    } else {
-        set_option(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_PROBE,
-        )
-    }
-}
-
 /// `setsockopt(level, option, value)` for an integer option.
 fn set_option(
     fd: BorrowedFd<'_>,

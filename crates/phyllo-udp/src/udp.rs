@@ -592,8 +592,6 @@ impl UdpLink {
         if shared {
             sys::set_socket_option(socket.as_fd(), libc::SO_REUSEPORT, 1)?;
         }
-        // Best effort: a kernel without the option fragments as it always did.
-        let _ = sys::set_dont_fragment(socket.as_fd(), local.is_ipv6());
         socket.bind(&local.into())?;
         let local = socket
             .local_addr()?
@@ -863,13 +861,6 @@ impl UdpLink {
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) && self.batching => {
                 self.set_batching(false);
                 Ok(Sent::Retry)
-            }
-            // Larger than the interface carries (a path-size probe): that piece is lost,
-            // segmentation stays on.
-            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                let lost = self.pieces.first().map_or(1, |p| p.datagrams);
-                self.stats.send_errors += lost as u64;
-                Err((lost, e))
             }
             Err(_) if self.pieces.first().is_some_and(|p| p.segment > 0) => {
                 self.gso = false;

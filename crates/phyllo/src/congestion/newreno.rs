@@ -40,7 +40,7 @@ impl Controller for NewReno {
         if !self.slow_start.counts(sent, app_limited)
             || self
                 .slow_start
-                .grow(&mut self.window, now, sent, bytes, rtt)
+                .grow(&mut self.window, self.mtu, now, sent, bytes, rtt)
         {
             return;
         }

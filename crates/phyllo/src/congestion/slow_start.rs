@@ -24,6 +24,11 @@ const MIN_RTT_DIVISOR: u32 = 8;
 const N_RTT_SAMPLE: u32 = 8;
 const CSS_GROWTH_DIVISOR: u64 = 4;
 const CSS_ROUNDS: u32 = 5;
+/// Below this window, in datagrams, a rising round trip does not end slow start (Linux's
+/// `hystart_low_window`): a flow that joins a queue another flow keeps filling sees that
+/// flow's queue grow, and leaving slow start with a window of a few datagrams would leave it
+/// growing by CUBIC's curve from there — tens of seconds to its share on a 50 ms path.
+const LOW_WINDOW: u64 = 16;
 
 /// What slow start should do with an acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +148,7 @@ impl SlowStart {
     pub(crate) fn grow(
         &mut self,
         window: &mut u64,
+        mtu: u64,
         now: Time,
         sent: Time,
         bytes: u64,
@@ -150,6 +156,10 @@ impl SlowStart {
     ) -> bool {
         if !self.active(*window) {
             return false;
+        }
+        if *window < LOW_WINDOW * mtu {
+            *window += bytes;
+            return true;
         }
         match self.hystart.on_ack(now, sent, rtt.latest()) {
             Phase::Done => self.ssthresh = *window,
