@@ -205,13 +205,14 @@ fn one_flow_fills_a_long_fat_path_in() {
 }
 
 /// (b) Two flows of the default stack, the second starting 2 s after the first, share a
-/// 50 Mbit/s, 50 ms bottleneck (a queue of one BDP): Jain's index of their goodputs over the
-/// last 10 s of a 60 s run is printed against the goal of 0.95 (a miss is printed, not
-/// failed: see the comment at the assertion), at least 0.7 (neither flow starved) is
-/// asserted, and together they use the link. (60 s:
-/// a flow that joins a full queue can leave slow start early — HyStart++ sees the queue the
-/// first flow built — and CUBIC then takes tens of seconds at this round trip to reach its
-/// share; within 30 s some runs had not.)
+/// 50 Mbit/s, 50 ms bottleneck (a queue of one BDP) fairly: Jain's index of their goodputs
+/// over the last 30 s of a 60 s run is at least 0.95, and together they use the link.
+///
+/// Why 30 s: two CUBIC flows whose losses come together (one drop-tail queue) trade shares
+/// back and forth over tens of seconds at this round trip (a loss epoch is about 5 s), so a
+/// 10 s window catches a phase of that swing (0.95-1.00 over ten runs, once 0.76 after the
+/// late flow left slow start early), while their shares over 30 s are fair (0.97-1.00 over
+/// ten runs). The runs differ by the flows' keys, fresh every run.
 #[test]
 fn two_flows_converge_to_a_fair_share() {
     both_modes(two_flows_converge_to_a_fair_share_in);
@@ -223,7 +224,7 @@ fn two_flows_converge_to_a_fair_share_in() {
     let end = 60.0;
     let mut d = dumbbell(&path, DEFAULT, &[Time::ZERO, secs(2.0)]);
     d.run_bulk(secs(end), MSG).expect("runs");
-    let (from, to) = (secs(end - 10.0), secs(end));
+    let (from, to) = (secs(end - 30.0), secs(end));
     let rates: Vec<f64> = (0..2).map(|i| d.goodput(i, from, to)).collect();
     let jain = d.fairness(from, to);
     // The shares over time, for the record: per 2 s.
@@ -243,7 +244,7 @@ fn two_flows_converge_to_a_fair_share_in() {
          queue drops {}; Mbit/s per 2 s: {}; wall {:.1} s",
         mbit(rates[0]),
         mbit(rates[1]),
-        end - 10.0,
+        end - 30.0,
         end,
         jain,
         d.link.stats().queue_drops,
@@ -253,17 +254,7 @@ fn two_flows_converge_to_a_fair_share_in() {
     for f in &d.flows {
         assert_eq!((f.stats.misordered, f.stats.corrupt), (0, 0));
     }
-    // The goal is 0.95, which most runs reach (0.96-1.00); some do not: each run's keys
-    // differ (they seed which messages the window holds back), and in about one layered run in
-    // four measured, the late flow's share drifted down instead of converging (0.76 and 0.94
-    // seen). What every run shows is asserted: neither flow is starved.
-    if jain < 0.95 {
-        println!("(b) MISS: Jain's index {jain:.3} < 0.95, the goal");
-    }
-    assert!(
-        jain >= 0.7,
-        "Jain's index {jain:.3} < 0.7: a flow is starved"
-    );
+    assert!(jain >= 0.95, "Jain's index {jain:.3} < 0.95");
     let total: f64 = rates.iter().sum();
     assert!(
         total >= 0.8 * path.bytes_per_sec(),
