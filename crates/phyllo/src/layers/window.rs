@@ -49,6 +49,12 @@
 //! otherwise within `ack_delay` unless data going the other way carries the acknowledgement
 //! first.
 //!
+//! **The path's datagram size** ([`crate::plpmtu`]): under a controller the layer searches
+//! for the largest datagram the path carries, from 1200 bytes up to
+//! [`WindowConfig::max_datagram`], with probes of two more kinds: a padded probe (never resent,
+//! outside the window and the pacing) and its answer. The size it confirms is what the layers
+//! above cut messages to.
+//!
 //! Sequence numbers are 20 bits on the wire (the seed's window had 16; the compact header grows
 //! by one byte, to 16 bytes for `frag:window:seal`), 64 bits in the state; with at most 2^18
 //! messages in flight (262 144: 16 MiB of 64-byte messages) the receiver places every wire
@@ -1129,8 +1135,6 @@ impl<const O: bool> Window<O> {
         cx.count_event("loss.events", 1);
     }
 
-    /// The probe timeout fired: send one probe — new data if any waits, else the newest
-    /// message not delivered — and back off.
     /// The path-size probe's timeout; and a black hole: [`MAX_PROBES`] probe timeouts in a
     /// row while the confirmed size is above the base send the size back to the base (new
     /// messages are cut smaller; the search starts again once the path answers).
@@ -1152,6 +1156,8 @@ impl<const O: bool> Window<O> {
         }
     }
 
+    /// The probe timeout fired: send one probe — new data if any waits, else the newest
+    /// message not delivered — and back off.
     fn on_probe_timeout(&mut self, f: Fields, cx: &mut Cx<'_>) {
         self.probes += 1;
         // New data if it fits the peer's buffer and this end's ceiling (a probe may exceed
