@@ -1277,7 +1277,7 @@ impl<const O: bool> Layer for Window<O> {
     }
 
     /// Room in the backlog. While the path-size search has no answer yet, at most
-    /// [`UNSETTLED_BACKLOG`] messages wait: the layers above cut what they send to the size
+    /// 64 messages wait: the layers above cut what they send to the size
     /// known so far (the base), and a sender that filled the whole backlog in its first
     /// round trip would send thousands of datagrams smaller than the path carries.
     fn can_accept(&self) -> bool {
