@@ -204,30 +204,35 @@ fn one_flow_fills_a_long_fat_path_in() {
     );
 }
 
-/// (b) Two flows of the default stack, the second starting 2 s after the first, share a
-/// 50 Mbit/s, 50 ms bottleneck (a queue of one BDP): Jain's index of their goodputs over the
-/// last 30 s of a 60 s run, against the goal of 0.95 (printed when missed), and asserted at
-/// least 0.85 (neither flow held to less than about half the other's share); together they
-/// use the link.
+/// (b) Two flows, the second starting 2 s after the first, share a 50 Mbit/s, 50 ms
+/// bottleneck (a queue of one BDP): Jain's index of their goodputs over the last 30 s of a
+/// 60 s run. With NewReno it is at least 0.95. With the default stack (CUBIC) it is printed
+/// against the same goal and asserted at least 0.85 (neither flow held to less than about
+/// half the other's share). Together they use the link.
 ///
-/// Why not 0.95 asserted: over 38 runs (each run's keys differ, and they seed which messages
-/// the window holds back, so runs differ) the index was 0.97-1.00 in most but 0.88-0.94 in
-/// about one in eight: either the late flow left slow start at 16 datagrams (HyStart++ sees
-/// the queue the first flow keeps filling) and CUBIC grew it back over tens of seconds, or
-/// the flows drifted apart instead of converging. NewReno in the same simulation gave
-/// 0.80-0.86, so the simulated drop-tail queue's losses, not only CUBIC, are suspect; on the
-/// emulated path (`wan.fairness`, two flows through a real `tbf` queue) the index is
-/// 0.99-1.00.
+/// Why CUBIC is not held to 0.95 here: over 20 runs (each run's keys differ, and they seed
+/// which messages the window holds back, so runs differ) the index was 0.98-1.00 in 17 and
+/// 0.89, 0.93 and 0.94 in three, where the late flow left slow start at 16 datagrams
+/// (HyStart++ sees the queue the first flow keeps filling) and CUBIC's curve took tens of
+/// seconds to grow it back; NewReno's linear growth gave 0.98-1.00 in 10 runs. On the
+/// emulated path (`wan.fairness`: two CUBIC flows through a real `tbf` queue, started
+/// together) the index is 0.99-1.00.
 #[test]
 fn two_flows_converge_to_a_fair_share() {
     both_modes(two_flows_converge_to_a_fair_share_in);
 }
 
 fn two_flows_converge_to_a_fair_share_in() {
+    for (spec, floor) in [(CONTROLLERS[1], 0.95), (DEFAULT, 0.85)] {
+        two_flows_share(spec, floor);
+    }
+}
+
+fn two_flows_share(spec: &str, floor: f64) {
     let wall = Instant::now();
     let path = Path::clean(50.0, 50);
     let end = 60.0;
-    let mut d = dumbbell(&path, DEFAULT, &[Time::ZERO, secs(2.0)]);
+    let mut d = dumbbell(&path, spec, &[Time::ZERO, secs(2.0)]);
     d.run_bulk(secs(end), MSG).expect("runs");
     let (from, to) = (secs(end - 30.0), secs(end));
     let rates: Vec<f64> = (0..2).map(|i| d.goodput(i, from, to)).collect();
@@ -245,7 +250,7 @@ fn two_flows_converge_to_a_fair_share_in() {
         })
         .collect();
     println!(
-        "(b) {DEFAULT}: goodputs {:.1} and {:.1} Mbit/s over {}-{} s, Jain's index {:.3}; \
+        "(b) {spec}: goodputs {:.1} and {:.1} Mbit/s over {}-{} s, Jain's index {:.3}; \
          queue drops {}; Mbit/s per 2 s: {}; wall {:.1} s",
         mbit(rates[0]),
         mbit(rates[1]),
@@ -257,12 +262,12 @@ fn two_flows_converge_to_a_fair_share_in() {
         wall.elapsed().as_secs_f64()
     );
     for f in &d.flows {
-        assert_eq!((f.stats.misordered, f.stats.corrupt), (0, 0));
+        assert_eq!((f.stats.misordered, f.stats.corrupt), (0, 0), "{spec}");
     }
     if jain < 0.95 {
-        println!("(b) MISS: Jain's index {jain:.3} < 0.95, the goal");
+        println!("(b) {spec}: MISS: Jain's index {jain:.3} < 0.95, the goal");
     }
-    assert!(jain >= 0.85, "Jain's index {jain:.3} < 0.85");
+    assert!(jain >= floor, "{spec}: Jain's index {jain:.3} < {floor}");
     let total: f64 = rates.iter().sum();
     assert!(
         total >= 0.8 * path.bytes_per_sec(),

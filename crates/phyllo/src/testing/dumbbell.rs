@@ -228,6 +228,10 @@ pub struct Dumbbell<S: LayerSet = DynStack> {
     msg: Vec<u8>,
     /// The bytes between a message's sequence numbers are a slice of this.
     pattern: Vec<u8>,
+    /// Rounds of [`pump`](Dumbbell::pump) so far: each starts its sends with the next flow,
+    /// so that no flow's datagrams always reach the bottleneck first when several leave at
+    /// one instant (the first would find room in a nearly full queue, the last be dropped).
+    turn: usize,
 }
 
 impl<S: LayerSet> Dumbbell<S> {
@@ -241,6 +245,7 @@ impl<S: LayerSet> Dumbbell<S> {
             buf: Vec::with_capacity(2048),
             msg: Vec::new(),
             pattern: Vec::new(),
+            turn: 0,
         }
     }
 
@@ -405,7 +410,12 @@ impl<S: LayerSet> Dumbbell<S> {
         let now = self.now;
         let mut worked = false;
         let bucket = u64::try_from(self.bucket.as_nanos()).unwrap_or(u64::MAX);
-        for (i, f) in self.flows.iter_mut().enumerate() {
+        let n = self.flows.len().max(1);
+        self.turn = self.turn.wrapping_add(1);
+        let first = self.turn % n;
+        for k in 0..self.flows.len() {
+            let i = (first + k) % n;
+            let f = &mut self.flows[i];
             let tag = u32::try_from(i).unwrap_or(u32::MAX);
             // A lends its datagrams (as the UDP driver takes them), B hands them over.
             while f.a.transmit_ready() > 0 {
