@@ -295,6 +295,11 @@ impl<S: LayerSet> Core<S> {
             self.queue = VecDeque::new();
         }
         self.delivered.shrink();
+        // The counters' lists grow by doubling; an idle session keeps only what they hold.
+        for (_, c) in &mut self.stats.layers {
+            c.drops.shrink_to_fit();
+            c.events.shrink_to_fit();
+        }
     }
 
     /// Whether sent data waits for the link or for an acknowledgement.
