@@ -84,7 +84,7 @@ pub fn drops_line(ep: &SessionEndpoint) -> String {
     )
 }
 
-/// Hexadecimal SHA-256.
+/// Hexadecimal BLAKE3 digest.
 pub fn hex_digest(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use phyllo::endpoint::{Event, PeerId, SessionSendError};
 use phyllo::PublicKey;
 use phyllo_net::SessionSocket;
-use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
@@ -59,7 +58,7 @@ pub const TRANSFERS: &str = "\
 Transfers:
   A file goes to the server under its base name (stdin under --name). The server writes it
   to a partial file in its --out directory and puts it under that name only once the whole
-  file's SHA-256 matches the sender's; it never follows a symlink there, and never replaces
+  file's BLAKE3 matches the sender's; it never follows a symlink there, and never replaces
   a file of that name unless it runs with --overwrite. A transfer is atomic: afterwards the
   name holds exactly the file, or nothing new.
 
@@ -72,12 +71,12 @@ Transfers:
   A directory (--file DIR) goes file by file, each stored under DIR's base name and its
   path inside DIR (directories made on the server as needed, never through a symlink);
   symbolic links and special files are skipped, empty directories do not travel. Each file
-  is offered with its SHA-256: one the server already holds with the same bytes is
+  is offered with its BLAKE3: one the server already holds with the same bytes is
   confirmed without being sent, so sending a directory again moves only what is missing.
   The first file the server refuses ends the run (exit status 1).
 
 Exit status:
-  0    the server stored the file and confirmed its SHA-256 (or pings/throughput done)
+  0    the server stored the file and confirmed its BLAKE3 (or pings/throughput done)
   1    the server refused or failed the transfer (the reason is printed: a bad name, a
        file that exists, no space, a write error, a hash mismatch), or another error
   2    bad command-line arguments
@@ -468,18 +467,20 @@ enum Source {
 /// transfer, and a changed file a new one.
 fn file_id(name: &str, meta: &std::fs::Metadata) -> TransferId {
     use std::os::unix::fs::MetadataExt;
-    let mut h = Sha256::new();
+    let mut h = blake3::Hasher::new();
     h.update(name.as_bytes());
-    h.update(meta.len().to_le_bytes());
-    h.update(meta.mtime().to_le_bytes());
-    h.update(meta.mtime_nsec().to_le_bytes());
-    h.update(meta.ino().to_le_bytes());
-    h.finalize()[..16].try_into().expect("16 of 32 bytes")
+    h.update(&meta.len().to_le_bytes());
+    h.update(&meta.mtime().to_le_bytes());
+    h.update(&meta.mtime_nsec().to_le_bytes());
+    h.update(&meta.ino().to_le_bytes());
+    h.finalize().as_bytes()[..16]
+        .try_into()
+        .expect("16 of 32 bytes")
 }
 
-/// The sender's running SHA-256 of the bytes it has read from the start.
+/// The sender's running BLAKE3 of the bytes it has read from the start.
 struct Hashed {
-    hash: Sha256,
+    hash: blake3::Hasher,
     /// Bytes hashed, from the start.
     upto: u64,
 }
@@ -502,7 +503,7 @@ struct Offering<'a> {
     name: &'a str,
     /// `name` is a path inside a directory being sent.
     tree: bool,
-    /// The SHA-256 of the whole transfer, when known beforehand.
+    /// The BLAKE3 of the whole transfer, when known beforehand.
     hash: Option<[u8; 32]>,
 }
 
@@ -521,7 +522,7 @@ impl<'a> Offering<'a> {
 struct Sent {
     /// Its bytes.
     bytes: u64,
-    /// Its SHA-256.
+    /// Its BLAKE3.
     hash: [u8; 32],
     /// The name the server stored it under (`-`: the server keeps no files).
     stored: String,
@@ -537,7 +538,7 @@ impl Sent {
     /// The result line of a single transfer.
     fn line(&self) -> String {
         format!(
-            "bytes={} seconds={:.3} mbytes_per_s={:.1} sha256={} verified=yes stored={} \
+            "bytes={} seconds={:.3} mbytes_per_s={:.1} blake3={} verified=yes stored={} \
              resumed_from={}",
             self.bytes,
             self.elapsed.as_secs_f64(),
@@ -580,7 +581,7 @@ fn base_name(f: &std::path::Path) -> Result<String> {
 }
 
 /// Send every regular file under the directory `root`, one transfer each, named
-/// `ROOT/path/inside` (`ROOT` the directory's base name) and offered with its SHA-256, so
+/// `ROOT/path/inside` (`ROOT` the directory's base name) and offered with its BLAKE3, so
 /// that a file the server already holds with the same bytes is confirmed without moving
 /// again. Symbolic links and special files are skipped (and said so); empty directories do
 /// not travel. The first transfer the server refuses ends the run; the result line counts
@@ -614,12 +615,12 @@ fn send_tree(
         let meta = file
             .metadata()
             .with_context(|| format!("reading {}", path.display()))?;
-        let mut h = Sha256::new();
+        let mut h = blake3::Hasher::new();
         std::io::copy(&mut file, &mut h).with_context(|| format!("reading {}", path.display()))?;
         let offer = Offering {
             name,
             tree: true,
-            hash: Some(h.finalize().into()),
+            hash: Some(*h.finalize().as_bytes()),
         };
         let sent = transfer(c, Source::File { file, meta }, offer, size, stop, None)
             .with_context(|| format!("sending {}", path.display()))?;
@@ -692,7 +693,7 @@ fn transfer(
         Source::Stream(_) => (rand::random(), None),
     };
     let mut hashed = Hashed {
-        hash: Sha256::new(),
+        hash: blake3::Hasher::new(),
         upto: 0,
     };
     // The next byte to read and send, and whether the source has ended.
@@ -851,7 +852,7 @@ fn transfer(
             offset += n as u64;
             bar.set_position(offset);
         }
-        let hash: [u8; 32] = hashed.hash.clone().finalize().into();
+        let hash: [u8; 32] = *hashed.hash.finalize().as_bytes();
         let finish = Message::Finish { size: offset, hash };
         if !c.send(&finish.encode())? {
             continue 'session;
@@ -880,11 +881,11 @@ fn transfer(
 mod tests {
     #[test]
     fn the_result_line_becomes_a_json_object() {
-        let j = super::json_line("bytes=5 seconds=0.5 sha256=ab12 verified=yes stored=a b");
+        let j = super::json_line("bytes=5 seconds=0.5 blake3=ab12 verified=yes stored=a b");
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["bytes"], 5);
         assert_eq!(v["seconds"], 0.5);
-        assert_eq!(v["sha256"], "ab12");
+        assert_eq!(v["blake3"], "ab12");
         assert_eq!(v["verified"], true);
         assert_eq!(v["stored"], "a");
     }

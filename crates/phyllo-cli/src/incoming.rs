@@ -4,7 +4,7 @@
 //! With an output directory, a transfer is written to a partial file of its own
 //! (`.phyllo-part-…`, named by the peer's key and the transfer's id, created without following
 //! symlinks), strictly in a row from the start, so its length is what the server holds and a
-//! restarted server resumes from it. At [`Incoming::finish`] the whole file's SHA-256 must
+//! restarted server resumes from it. At [`Incoming::finish`] the whole file's BLAKE3 must
 //! match the sender's; only then is it synced and linked under its name (the directory synced
 //! too, before the sender hears it is stored), which is never replaced unless the server was
 //! told so (`--overwrite`). A file of a directory being sent
@@ -19,7 +19,6 @@
 use crate::transfer::{check_name, check_path, Offer, TransferId, PARTIAL_PREFIX};
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
-use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
@@ -89,8 +88,8 @@ pub enum Refusal {
         /// The size offered.
         announced: Option<u64>,
     },
-    /// The whole transfer's SHA-256 differs from the sender's.
-    #[error("the SHA-256 of the bytes received differs from the sender's")]
+    /// The whole transfer's BLAKE3 differs from the sender's.
+    #[error("the BLAKE3 of the bytes received differs from the sender's")]
     Hash,
     /// The server could not write or place the file.
     #[error("server-side error on {path}: {source}")]
@@ -122,8 +121,8 @@ pub struct Incoming {
     size: Option<u64>,
     /// Bytes held, in a row from the start.
     have: u64,
-    /// SHA-256 of those bytes.
-    hash: Sha256,
+    /// BLAKE3 of those bytes.
+    hash: blake3::Hasher,
     /// The partial file, with an output directory.
     partial: Option<Partial>,
     /// Data not yet written to the partial file (written in runs of this much).
@@ -146,7 +145,7 @@ pub struct Store {
 pub enum Taken {
     /// Receive it (from [`Incoming::have`] on).
     Receive(Box<Incoming>),
-    /// The name already holds exactly the announced bytes (size and SHA-256): nothing to
+    /// The name already holds exactly the announced bytes (size and BLAKE3): nothing to
     /// send; the name it is under.
     Held(String),
 }
@@ -173,7 +172,7 @@ impl Store {
             name,
             size,
             have: 0,
-            hash: Sha256::new(),
+            hash: blake3::Hasher::new(),
             partial: None,
             pending: Vec::new(),
         };
@@ -253,14 +252,14 @@ impl Store {
     }
 }
 
-/// Whether the regular file `base` in `parent` has SHA-256 `hash` (a read error: no).
+/// Whether the regular file `base` in `parent` has BLAKE3 `hash` (a read error: no).
 fn same_bytes(parent: &OwnedFd, base: &str, hash: &[u8; 32]) -> bool {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let Ok(fd) = rustix::fs::openat(parent, base, flags, Mode::empty()) else {
         return false;
     };
-    let mut h = Sha256::new();
-    std::io::copy(&mut File::from(fd), &mut h).is_ok() && h.finalize()[..] == hash[..]
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut File::from(fd), &mut h).is_ok() && h.finalize() == *hash
 }
 
 /// The directory `name` (a base name, or a checked path) goes in, opened, and its last
@@ -302,13 +301,13 @@ fn parent_dir<'n>(
 
 /// The partial file of transfer `id` from `peer`: named by both, so no peer reaches another's.
 fn partial_name(peer: &str, id: &TransferId) -> String {
-    let mut h = Sha256::new();
+    let mut h = blake3::Hasher::new();
     h.update(peer.as_bytes());
     h.update(id);
     let d = h.finalize();
     format!(
         "{PARTIAL_PREFIX}{}",
-        crate::app_protocol::hex_digest(&d[..16])
+        crate::app_protocol::hex_digest(&d.as_bytes()[..16])
     )
 }
 
@@ -387,7 +386,7 @@ impl Incoming {
         Ok(())
     }
 
-    /// The sender finished at `size` bytes with SHA-256 `hash`: check both, then store the
+    /// The sender finished at `size` bytes with BLAKE3 `hash`: check both, then store the
     /// file under its name (synced first); the name it went under (`-` without an output
     /// directory).
     pub fn finish(mut self, size: u64, hash: [u8; 32], store: &Store) -> Result<String, Refusal> {
@@ -399,7 +398,7 @@ impl Incoming {
                 announced: self.size,
             });
         }
-        if self.hash.clone().finalize()[..] != hash {
+        if self.hash.finalize() != hash {
             self.abandon();
             return Err(Refusal::Hash);
         }
@@ -471,7 +470,7 @@ mod tests {
     }
 
     fn sha(b: &[u8]) -> [u8; 32] {
-        Sha256::digest(b).into()
+        *blake3::hash(b).as_bytes()
     }
 
     /// Offer a base name without a hash: always received.

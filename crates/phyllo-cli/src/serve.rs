@@ -35,7 +35,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub accel: bool,
     /// Store each transfer received in this directory, under the name its sender gave: written
-    /// to a partial file (`.phyllo-part-…`), checked whole (SHA-256), then put in place. Without
+    /// to a partial file (`.phyllo-part-…`), checked whole (BLAKE3), then put in place. Without
     /// it the server checks transfers and keeps nothing.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -277,7 +277,7 @@ fn answer(
                         peer = %fp,
                         name,
                         bytes = size,
-                        sha256 = %app_protocol::hex_digest(&hash),
+                        blake3 = %app_protocol::hex_digest(&hash),
                         path = %store
                             .dir
                             .as_ref()

@@ -8,7 +8,7 @@
 //!                                           Done { name } for a file already there whole)
 //! Data { offset = have, … } …       ─────▶  written at its offset: a resent message is an
 //!                                           idempotent write, never an append
-//! Finish { size, hash }             ─────▶  the whole file's SHA-256 checked, then renamed
+//! Finish { size, hash }             ─────▶  the whole file's BLAKE3 checked, then renamed
 //!                                   ◀─────  Done { name }         (or Fail { reason })
 //! ```
 //!
@@ -19,7 +19,7 @@
 //! the server holds: an offset beyond them is refused, an overlap must carry the same bytes.
 //!
 //! A directory goes as one transfer per file, each named by its path inside the directory
-//! (`photos/2024/a.jpg`, an offer marked `tree`) and offered with its SHA-256, so that a file
+//! (`photos/2024/a.jpg`, an offer marked `tree`) and offered with its BLAKE3, so that a file
 //! the server already holds under that name with the same bytes is confirmed without being
 //! sent again: a directory sent twice, or after an interruption, moves only what is missing.
 //!
@@ -56,7 +56,7 @@ pub const MAX_DEPTH: usize = 64;
 const HAS_SIZE: u8 = 1;
 /// An offer's flags: the name is a path inside a directory being sent.
 const TREE: u8 = 2;
-/// An offer's flags: a SHA-256 follows the size.
+/// An offer's flags: a BLAKE3 digest follows the size.
 const HAS_HASH: u8 = 4;
 
 /// A transfer's identity (see the [module docs](self)).
@@ -69,7 +69,7 @@ pub struct Offer<'a> {
     pub id: TransferId,
     /// Its size, when known beforehand (a file; not standard input).
     pub size: Option<u64>,
-    /// Its SHA-256, when known beforehand (a file in a directory).
+    /// Its BLAKE3, when known beforehand (a file in a directory).
     pub hash: Option<[u8; 32]>,
     /// `name` is a file's path inside a directory being sent ([`check_path`]), not a base
     /// name ([`check_name`]).
@@ -97,11 +97,11 @@ pub enum Message<'a> {
         /// The bytes.
         bytes: &'a [u8],
     },
-    /// The client has sent everything: the transfer's size and SHA-256.
+    /// The client has sent everything: the transfer's size and BLAKE3.
     Finish {
         /// Its size.
         size: u64,
-        /// Its SHA-256.
+        /// Its BLAKE3.
         hash: [u8; 32],
     },
     /// The server checked the whole transfer and stored it under `name`.

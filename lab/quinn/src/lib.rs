@@ -2,7 +2,7 @@
 //! the same run as phyllo, for van Renesse, "Masking the Overhead of Protocol Layering" (seed
 //! 004)'s basic figures — round-trip latency of small messages and small-message streaming
 //! throughput (issue 3's `accel.rtt_ratio_vs_quinn`) — and for bulk transfer, a file sent on one
-//! stream and checked by SHA-256 at both ends, as `phyllo connect --file` does.
+//! stream and checked by BLAKE3 at both ends, as `phyllo connect --file` does.
 //!
 //! Each end runs on its own thread with its own single-threaded tokio runtime, as phyllo's
 //! measurements run each end on its own thread. Messages travel on one bidirectional QUIC
@@ -13,7 +13,6 @@
 //! (in network namespaces of their own, across an emulated path), with flow-control windows and
 //! a congestion controller chosen for the path ([`PathTransport`]).
 
-use sha2::{Digest, Sha256};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -71,7 +70,7 @@ enum Mode {
     Echo,
     /// Read it all, then answer `done`.
     Sink,
-    /// Hash it all (SHA-256), then answer with the digest.
+    /// Hash it all (BLAKE3), then answer with the digest.
     Hash,
 }
 
@@ -104,18 +103,20 @@ fn server(
                 let conn = ep.accept().await?.await.ok()?;
                 let (mut send, mut recv) = conn.accept_bi().await.ok()?;
                 let mut buf = vec![0u8; 64 * 1024];
-                let mut hash = Sha256::new();
+                let mut hash = blake3::Hasher::new();
                 while let Ok(Some(n)) = recv.read(&mut buf).await {
                     match mode {
                         Mode::Echo => send.write_all(&buf[..n]).await.ok()?,
-                        Mode::Hash => hash.update(&buf[..n]),
+                        Mode::Hash => {
+                            hash.update(&buf[..n]);
+                        }
                         Mode::Sink => {}
                     }
                 }
                 match mode {
                     Mode::Echo => {}
                     Mode::Sink => send.write_all(b"done").await.ok()?,
-                    Mode::Hash => send.write_all(&hash.finalize()).await.ok()?,
+                    Mode::Hash => send.write_all(hash.finalize().as_bytes()).await.ok()?,
                 }
                 let _ = send.finish();
                 conn.closed().await;
@@ -207,7 +208,7 @@ pub fn quinn_stream(size: usize, count: u64) -> Result<f64, QuinnError> {
     })
 }
 
-/// A file transfer: `data` written in `size`-byte pieces on one stream, hashed (SHA-256) by
+/// A file transfer: `data` written in `size`-byte pieces on one stream, hashed (BLAKE3) by
 /// the client as it writes and by the server as it reads; the transfer counts once the server's
 /// digest has come back and matches. Returns bytes per second.
 pub fn quinn_bulk(data: &[u8], size: usize) -> Result<f64, QuinnError> {
@@ -218,7 +219,7 @@ pub fn quinn_bulk(data: &[u8], size: usize) -> Result<f64, QuinnError> {
     })
 }
 
-/// Write `data` in `size`-byte pieces on `send`, hashing it (SHA-256), finish the stream, and
+/// Write `data` in `size`-byte pieces on `send`, hashing it (BLAKE3), finish the stream, and
 /// check the digest the server answers on `recv`.
 async fn send_hashed(
     send: &mut quinn::SendStream,
@@ -226,7 +227,7 @@ async fn send_hashed(
     data: &[u8],
     size: usize,
 ) -> Result<(), QuinnError> {
-    let mut hash = Sha256::new();
+    let mut hash = blake3::Hasher::new();
     for piece in data.chunks(size.max(1)) {
         hash.update(piece);
         send.write_all(piece).await.map_err(exchange)?;
@@ -234,8 +235,8 @@ async fn send_hashed(
     send.finish().map_err(exchange)?;
     let mut theirs = [0u8; 32];
     recv.read_exact(&mut theirs).await.map_err(exchange)?;
-    if theirs[..] != hash.finalize()[..] {
-        return Err(exchange("the server's SHA-256 differs from the client's"));
+    if hash.finalize() != theirs {
+        return Err(exchange("the server's BLAKE3 differs from the client's"));
     }
     Ok(())
 }
@@ -323,7 +324,7 @@ impl PathTransfer {
 /// namespace of its own, since a socket stays in the namespace it was created in — as
 /// [`quinn_bulk`] does it: `data` written in `piece`-byte pieces on one stream by the client
 /// (on `client`, sending to `to`: the server's address as the client reaches it, a relay's
-/// perhaps), read and hashed (SHA-256) by the server (on `server`, its own thread), whose
+/// perhaps), read and hashed (BLAKE3) by the server (on `server`, its own thread), whose
 /// digest comes back and must match. Both ends run `transport`. The transfer stops at `limit`
 /// after the call (the handshake included): then it has not completed and counts the bytes
 /// the server had read by then.
@@ -379,12 +380,12 @@ pub fn quinn_path_transfer(
                     let conn = ep.accept().await?.await.ok()?;
                     let (mut send, mut recv) = conn.accept_bi().await.ok()?;
                     let mut buf = vec![0u8; 64 * 1024];
-                    let mut hash = Sha256::new();
+                    let mut hash = blake3::Hasher::new();
                     while let Ok(Some(n)) = recv.read(&mut buf).await {
                         hash.update(&buf[..n]);
                         received.fetch_add(n as u64, Ordering::Relaxed);
                     }
-                    send.write_all(&hash.finalize()).await.ok()?;
+                    send.write_all(hash.finalize().as_bytes()).await.ok()?;
                     let _ = send.finish();
                     conn.closed().await;
                     Some(())

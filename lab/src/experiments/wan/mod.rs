@@ -37,7 +37,7 @@
 //! quinn's BBR too, for comparison; flow-control windows set for the path ([`QUINN`]).
 //!
 //! **Goodput** = file bytes / seconds. phyllo: `connect`'s own `seconds`, from its offer
-//! (the session up) to the server's verdict that the file is stored and its SHA-256 matches.
+//! (the session up) to the server's verdict that the file is stored and its BLAKE3 matches.
 //! quinn: from the connection's establishment to the server's digest back at the client. A
 //! transfer still running at the cap is stopped, and its goodput is what the receiver held in
 //! order over the time it took: for phyllo the server's partial file, sampled every 20 ms, at
@@ -1026,7 +1026,7 @@ fn report(env: &Env, idle_rtt: f64, idle_n: usize, rounds: &[Round]) -> Section 
              --quiet` in A, both with the same `--stack`: `{}` (the product's default) on the \
              clean path and `{}` on the lossy one. Goodput is the file's bytes over \
              `connect`'s `seconds`: from its offer (the session up) to the server's verdict \
-             that the file is stored with a matching SHA-256. quinn: the same file in {MESSAGE}-byte \
+             that the file is stored with a matching BLAKE3. quinn: the same file in {MESSAGE}-byte \
              writes on one stream from a socket in A to one in C through a relay like \
              phyllo's, hashed at both ends; quinn's default controller, CUBIC, on both paths; \
              its stream window {} MiB, connection window {} MiB and send window {} MiB (the \
