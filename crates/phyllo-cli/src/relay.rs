@@ -131,6 +131,15 @@ impl Impair {
         }
     }
 
+    /// Datagrams the bottlenecks' full queues dropped, both directions.
+    fn queue_drops(&self) -> u64 {
+        self.bottleneck
+            .iter()
+            .flatten()
+            .map(|b| b.stats().dropped)
+            .sum()
+    }
+
     /// The release instants of `d`'s copies going `up` (to the service) or down, corrupting
     /// it in place if so drawn (both copies of a duplicated datagram carry the first copy's
     /// corruption, if any); each copy crosses the direction's bottleneck first, if any.
@@ -286,12 +295,7 @@ pub fn relay(args: RelayArgs) -> Result<()> {
         }
     }
     let c = &imp.counts;
-    let queue_dropped: u64 = imp
-        .bottleneck
-        .iter()
-        .flatten()
-        .map(|b| b.stats().dropped)
-        .sum();
+    let queue_dropped = imp.queue_drops();
     eprintln!(
         "relay stopping: {} datagrams received from {} clients, {} lost, {} dropped by a full \
          queue, {} duplicated, {} reordered, {} corrupted, {} forwarded, {} sends failed, {} \
@@ -346,13 +350,7 @@ mod tests {
             done[4].is_empty() && done[5].is_empty(),
             "waits > 3 ms: dropped"
         );
-        let dropped: u64 = imp
-            .bottleneck
-            .iter()
-            .flatten()
-            .map(|b| b.stats().dropped)
-            .sum();
-        assert_eq!(dropped, 2);
+        assert_eq!(imp.queue_drops(), 2);
         // The other direction has a bottleneck of its own.
         assert_eq!(imp.plan(t0, &mut d, false), [t0 + ms(1)]);
         // Once the link is idle again a datagram goes through at once.
