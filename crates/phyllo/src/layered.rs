@@ -52,6 +52,17 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// What the layers recorded under `name` ([`LayerCounters::event_count`]): a count or a
+    /// peak, the largest any layer recorded (a name belongs to one layer: `window`'s
+    /// `retransmit.order`, `pmtu.datagram`, …). 0 when none did.
+    pub fn event(&self, name: &str) -> u64 {
+        self.layers
+            .iter()
+            .map(|(_, l)| l.event_count(name))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Total drops of input, all layers and reasons.
     pub fn input_drops(&self) -> u64 {
         self.truncated

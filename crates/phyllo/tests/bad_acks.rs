@@ -186,12 +186,7 @@ fn an_optimistic_peer_is_caught_by_the_held_back_message() {
         }
         a.handle_timeout(now);
     }
-    let held: u64 = a
-        .stats()
-        .layers
-        .iter()
-        .map(|(_, l)| l.event_count("ack_check.held"))
-        .sum();
+    let held: u64 = a.stats().event("ack_check.held");
     eprintln!("{} messages sent, {held} held back", a.stats().sent_msgs);
     let honest = honest_refusals.unwrap();
     let caught = bad_acks(&a) - honest;
@@ -266,12 +261,7 @@ fn an_absurd_advertised_buffer_does_not_take_the_sender_past_its_ceiling() {
         }
         a.handle_timeout(now);
     }
-    let peak: u64 = a
-        .stats()
-        .layers
-        .iter()
-        .map(|(_, l)| l.event_count("snd.span_peak"))
-        .sum();
+    let peak: u64 = a.stats().event("snd.span_peak");
     eprintln!("retransmission copies peaked at {peak} B (ceiling {CEILING} B)");
     assert!(peak <= CEILING, "{peak} > {CEILING}");
     assert!(

@@ -123,16 +123,6 @@ fn retransmissions(c: &Connection) -> u64 {
         .sum()
 }
 
-/// The largest value `c` recorded under `event`, any layer.
-fn event(c: &Connection, event: &str) -> u64 {
-    c.stats()
-        .layers
-        .iter()
-        .map(|(_, l)| l.event_count(event))
-        .max()
-        .unwrap_or(0)
-}
-
 /// A dumbbell over `path` with one flow of `spec` per start time.
 fn dumbbell(path: &Path, spec: &str, starts: &[Time]) -> Dumbbell {
     let mut d = Dumbbell::new(path.link());
@@ -452,7 +442,7 @@ fn receiver_memory_is_bounded_under_heavy_loss_in() {
     d.flows[0].limit = Some(msgs);
     let done = d.run_bulk(secs(120.0), MSG).expect("runs");
     let f = &d.flows[0];
-    let peak = event(&f.b, "rcv.buffered_peak");
+    let peak = f.b.stats().event("rcv.buffered_peak");
     println!(
         "(e) {spec}: done {done} at {:.2} s ({:.1} Mbit/s); receiver's out-of-order peak {} \
          kB (ceiling {} kB); link lost {}; retransmissions {}; wall {:.1} s",

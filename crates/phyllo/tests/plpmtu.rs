@@ -8,18 +8,8 @@ use phyllo::faults::Faults;
 use phyllo::plpmtu::{BASE_PLPMTU, MAX_PLPMTU, SEARCH_GRANULARITY};
 use phyllo::testing::memlink::{MemLink, Side};
 use phyllo::testing::Dumbbell;
-use phyllo::{Connection, Time, DEFAULT_STACK};
+use phyllo::{Time, DEFAULT_STACK};
 use std::time::Duration;
-
-/// The largest value `c`'s window recorded under `event`.
-fn event(c: &Connection, event: &str) -> u64 {
-    c.stats()
-        .layers
-        .iter()
-        .map(|(_, l)| l.event_count(event))
-        .max()
-        .unwrap_or(0)
-}
 
 /// A bulk transfer of `msgs` messages of `len` bytes over a 20 ms round trip whose
 /// datagrams above `mtu` bytes are dropped (both ways); the link and the sender.
@@ -50,10 +40,10 @@ fn the_search_finds_what_the_path_carries_and_frag_cuts_to_it() {
         for mtu in [1500, 1452, 1400, 1300, 1280, BASE_PLPMTU] {
             let d = transfer(mtu, accel, 3000, 4000);
             let a = &d.flows[0].a;
-            let found = event(a, "pmtu.datagram") as usize;
+            let found = a.stats().event("pmtu.datagram") as usize;
             let found = if found == 0 { BASE_PLPMTU } else { found };
             let carries = mtu.min(MAX_PLPMTU);
-            let probes = event(a, "pmtu.probe");
+            let probes = a.stats().event("pmtu.probe");
             let too_big = d.link.stats().too_big;
             println!(
                 "accel {accel}: path {mtu}: found {found} with {probes} probes; {too_big} \
@@ -85,8 +75,8 @@ fn a_path_that_carries_full_frames_is_found_with_one_probe_and_used() {
     for accel in [false, true] {
         let d = transfer(1500, accel, 3000, 1400);
         let a = &d.flows[0].a;
-        assert_eq!(event(a, "pmtu.probe"), 1, "accel {accel}");
-        assert_eq!(event(a, "pmtu.datagram") as usize, MAX_PLPMTU);
+        assert_eq!(a.stats().event("pmtu.probe"), 1, "accel {accel}");
+        assert_eq!(a.stats().event("pmtu.datagram") as usize, MAX_PLPMTU);
         // 1400-byte messages fit a datagram once the search confirmed 1452 bytes: after the
         // first round trips, one datagram per message.
         let out = d.flows[0].stats.datagrams_out;
