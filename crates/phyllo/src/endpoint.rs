@@ -645,8 +645,8 @@ struct Session<S: LayerSet> {
     /// The messages sent and not yet confirmed: the copy the reliability contract hands back.
     unconfirmed: Unconfirmed,
     /// Marks of the sending waiting for the peer's acknowledgement, oldest first, at most
-    /// [`MARKS`] (boxed, and only while messages are unconfirmed: an idle session pays a
-    /// pointer).
+    /// [`MARKS`] (boxed, made by the first message that waits for one and given back when
+    /// the session idles: an idle session pays a pointer).
     #[allow(clippy::box_collection)]
     marks: Option<Box<VecDeque<DeliveryMark>>>,
     dead: bool,
@@ -877,12 +877,12 @@ impl<S: LayerSet> Session<S> {
     /// until its whole window was acknowledged, leaving the path idle for a round trip).
     fn confirm(&mut self, pool: &mut Pool) {
         if self.unconfirmed.is_empty() {
-            self.marks = None;
+            self.forget_marks();
             return;
         }
         if self.conn.all_acknowledged() {
             self.unconfirmed.clear(pool);
-            self.marks = None;
+            self.forget_marks();
             return;
         }
         let marks = self.marks.get_or_insert_with(Default::default);
@@ -904,6 +904,15 @@ impl<S: LayerSet> Session<S> {
                     marks.push_back(m);
                 }
             }
+        }
+    }
+
+    /// No marks: everything they stood for is confirmed. Their list stays for the next
+    /// message (a request-response exchange empties it every round trip); an idle session
+    /// gives it back ([`SessionEndpoint`]'s shrink).
+    fn forget_marks(&mut self) {
+        if let Some(m) = &mut self.marks {
+            m.clear();
         }
     }
 
@@ -1784,6 +1793,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             {
                 s.conn.shrink();
                 s.unconfirmed.shrink();
+                s.marks = None;
                 s.shrunk = true;
                 // The endpoint's idle buffers go too (a busy session's traffic brings them
                 // back through its swaps): an idle server keeps none.
