@@ -79,20 +79,23 @@ struct Round {
 /// bytes per second of each, in the order given.
 fn hash_rates(data: &[u8], piece: usize) -> (f64, f64) {
     use sha2::Digest;
-    let t = std::time::Instant::now();
-    let mut s = sha2::Sha256::new();
-    for p in data.chunks(piece) {
-        s.update(p);
-    }
-    std::hint::black_box(s.finalize());
-    let sha = data.len() as f64 / t.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
-    let mut b = blake3::Hasher::new();
-    for p in data.chunks(piece) {
-        b.update(p);
-    }
-    std::hint::black_box(b.finalize());
-    let b3 = data.len() as f64 / t.elapsed().as_secs_f64();
+    let rate = |hash: &dyn Fn()| {
+        let t = std::time::Instant::now();
+        hash();
+        data.len() as f64 / t.elapsed().as_secs_f64()
+    };
+    let sha = rate(&|| {
+        let mut h = sha2::Sha256::new();
+        data.chunks(piece).for_each(|p| h.update(p));
+        std::hint::black_box(h.finalize());
+    });
+    let b3 = rate(&|| {
+        let mut h = blake3::Hasher::new();
+        data.chunks(piece).for_each(|p| {
+            h.update(p);
+        });
+        std::hint::black_box(h.finalize());
+    });
     (sha, b3)
 }
 
