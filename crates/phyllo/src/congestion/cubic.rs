@@ -94,10 +94,13 @@ impl Controller for Cubic {
     }
 
     fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
+        // A loss that ends slow start cuts from the window that overflowed the path.
+        let basis = self.slow_start.window_at(self.window, sent);
         if !self.slow_start.enter_recovery(now, sent, persistent) {
             return;
         }
-        let cwnd = self.datagrams(self.window);
+        let cwnd = self.datagrams(basis.unwrap_or(self.window));
+
         // Fast convergence (RFC 9438 §4.7): a flow whose maximum is falling releases
         // bandwidth to newcomers.
         self.w_max = if cwnd < self.w_max {
@@ -177,6 +180,44 @@ mod tests {
             sent = t;
         }
         assert!(c.window() > 110_000, "{}", c.window());
+    }
+
+    #[test]
+    fn the_loss_that_ends_slow_start_cuts_from_the_window_the_lost_datagram_left_under() {
+        let mut rtt = RttEstimator::new();
+        rtt.update(Duration::from_millis(50), Duration::ZERO);
+        let mut c = Cubic::new(1000);
+        // Slow start, a round trip of 50 ms with a steady round trip (HyStart++ never ends
+        // it): each round's acknowledgements double the window.
+        let mut t = 0;
+        let mut window_at_200 = 0;
+        while t < 400 {
+            let sent = t;
+            t += 50;
+            for _ in 0..(c.window() / 1000) {
+                c.on_ack(at(t), at(sent), 1000, false, &rtt);
+            }
+            if t == 200 {
+                window_at_200 = c.window();
+            }
+        }
+        assert!(c.in_slow_start());
+        let now = c.window();
+        assert!(now >= 4 * window_at_200, "{now} vs {window_at_200}");
+        // A datagram sent at 210 ms is found lost at 400 ms: the window it left under was
+        // (to within an eighth, never above) the one at 200 ms.
+        c.on_congestion_event(at(400), at(210), false, 1000);
+        let basis = c.window() as f64 / BETA;
+        assert!(
+            basis <= window_at_200 as f64 + 1.0 && basis >= window_at_200 as f64 * 7.0 / 8.0,
+            "cut to {} from a window of {window_at_200} at the send ({now} now)",
+            c.window()
+        );
+        assert!(!c.in_slow_start());
+        // Out of slow start, a loss cuts from the window in force (RFC 9438).
+        let before = c.window();
+        c.on_congestion_event(at(500), at(450), false, 1000);
+        assert!(c.window().abs_diff((before as f64 * BETA) as u64) <= 1);
     }
 
     #[test]
