@@ -496,6 +496,66 @@ impl Hashed {
     }
 }
 
+/// Bytes of a single file sent before the server's answer to its offer ([`transfer`]): more
+/// than a first round trip's window carries (10 datagrams, RFC 9002's initial window), and
+/// little enough that a refused offer wastes nothing that matters.
+const EARLY_BYTES: u64 = 64 << 10;
+
+/// What [`send_next`] did.
+enum Step {
+    /// It sent a message of data.
+    Sent,
+    /// The source has ended: nothing was sent.
+    End,
+    /// The session ended (the message read is kept for a stream, and counted).
+    Ended,
+}
+
+/// Read the next message of data from `source` at `offset` into a session message, hash it,
+/// and send it (pumping while the session has no room); `offset` moves past what was read.
+fn send_next(
+    c: &mut Client,
+    source: &mut Source,
+    offset: &mut u64,
+    hashed: &mut Hashed,
+    size: usize,
+) -> Result<Step> {
+    let mut m = c.node.endpoint_mut().alloc();
+    let room = &mut m.tail_room(size)[..size];
+    room[..DATA_HEADER].copy_from_slice(&data_header(*offset));
+    let n = match source {
+        Source::File { file, .. } => app_protocol::read_full(file, &mut room[DATA_HEADER..]),
+        Source::Stream(r) => app_protocol::read_full(r, &mut room[DATA_HEADER..]),
+    }
+    .context("reading the input")?;
+    if n == 0 {
+        c.node.endpoint_mut().recycle(m);
+        return Ok(Step::End);
+    }
+    m.commit_tail(DATA_HEADER + n);
+    hashed.update(*offset, &m.data()[DATA_HEADER..]);
+    loop {
+        if c.ended {
+            // Kept for a stream (a file is read again from what the server holds).
+            c.handed_back.push_back(m.data().to_vec());
+            c.node.endpoint_mut().recycle(m);
+            *offset += n as u64;
+            return Ok(Step::Ended);
+        }
+        let now = c.node.now();
+        match c.node.endpoint_mut().send_msg(now, c.peer, m) {
+            Ok(()) => break,
+            Err(e) if e.error == SessionSendError::WouldBlock => {
+                m = e.msg;
+                c.pump()?;
+            }
+            Err(e) => bail!("sending: {}", e.error),
+        }
+    }
+    *offset += n as u64;
+    Ok(Step::Sent)
+}
+
 /// How a transfer is offered: the name and what else the offer says.
 #[derive(Clone, Copy)]
 struct Offering<'a> {
@@ -727,6 +787,21 @@ fn transfer(
         if !c.send(&m.encode())? {
             continue 'session;
         }
+        // A single file offered from its start sends its first bytes before the answer, as
+        // far as the first round trip can carry them: the server takes them after the offer
+        // or drops them with it (a refusal). Not a file in a directory, whose offer may find
+        // it held already (nothing should move), nor standard input, which cannot be read
+        // again.
+        let early = matches!(source, Source::File { .. }) && !offer.tree && offset == 0;
+        if early {
+            while !eof && offset < EARLY_BYTES {
+                match send_next(c, &mut source, &mut offset, &mut hashed, size)? {
+                    Step::Sent => {}
+                    Step::End => eof = true,
+                    Step::Ended => continue 'session,
+                }
+            }
+        }
         let have = match c.reply(|r| Answer::to(id, r))? {
             None => continue 'session,
             Some(Answer::Refused(reason)) => return Err(Failure::Refused(reason).into()),
@@ -758,18 +833,23 @@ fn transfer(
                         meta.len()
                     );
                 }
-                if have > hashed.upto {
-                    // Resumed by a new process: the bytes the server holds are hashed here too.
-                    file.seek(SeekFrom::Start(hashed.upto))?;
-                    let mut prefix = file.take(have - hashed.upto);
-                    let n =
-                        std::io::copy(&mut prefix, &mut hashed.hash).context("reading the file")?;
-                    hashed.upto += n;
+                // The bytes sent before the answer, in this session, reach the server after
+                // the offer: if they extend what it holds, go on after them.
+                if !(early && have <= offset) {
+                    if have > hashed.upto {
+                        // Resumed by a new process: the bytes the server holds are hashed here
+                        // too.
+                        file.seek(SeekFrom::Start(hashed.upto))?;
+                        let mut prefix = file.take(have - hashed.upto);
+                        let n = std::io::copy(&mut prefix, &mut hashed.hash)
+                            .context("reading the file")?;
+                        hashed.upto += n;
+                    }
+                    file.seek(SeekFrom::Start(have))
+                        .context("reading the file")?;
+                    offset = have;
+                    eof = false;
                 }
-                file.seek(SeekFrom::Start(have))
-                    .context("reading the file")?;
-                offset = have;
-                eof = false;
                 c.handed_back.clear();
             }
             Source::Stream(_) => {
@@ -814,43 +894,11 @@ fn transfer(
                 eof = true;
                 break;
             }
-            let mut m = c.node.endpoint_mut().alloc();
-            let room = &mut m.tail_room(size)[..size];
-            room[..DATA_HEADER].copy_from_slice(&data_header(offset));
-            let n = match &mut source {
-                Source::File { file, .. } => {
-                    app_protocol::read_full(file, &mut room[DATA_HEADER..])
-                }
-                Source::Stream(r) => app_protocol::read_full(r, &mut room[DATA_HEADER..]),
+            match send_next(c, &mut source, &mut offset, &mut hashed, size)? {
+                Step::Sent => bar.set_position(offset),
+                Step::End => eof = true,
+                Step::Ended => continue 'session,
             }
-            .context("reading the input")?;
-            if n == 0 {
-                c.node.endpoint_mut().recycle(m);
-                eof = true;
-                break;
-            }
-            m.commit_tail(DATA_HEADER + n);
-            hashed.update(offset, &m.data()[DATA_HEADER..]);
-            loop {
-                if c.ended {
-                    // Kept for a stream (a file is read again from what the server holds).
-                    c.handed_back.push_back(m.data().to_vec());
-                    c.node.endpoint_mut().recycle(m);
-                    offset += n as u64;
-                    continue 'session;
-                }
-                let now = c.node.now();
-                match c.node.endpoint_mut().send_msg(now, c.peer, m) {
-                    Ok(()) => break,
-                    Err(e) if e.error == SessionSendError::WouldBlock => {
-                        m = e.msg;
-                        c.pump()?;
-                    }
-                    Err(e) => bail!("sending: {}", e.error),
-                }
-            }
-            offset += n as u64;
-            bar.set_position(offset);
         }
         let hash: [u8; 32] = *hashed.hash.finalize().as_bytes();
         let finish = Message::Finish { size: offset, hash };

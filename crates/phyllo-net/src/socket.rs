@@ -10,6 +10,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// Receive buffers a listening socket gives up at most, after one of its peers got a socket of
+/// its own, so that what the peer sent before is handled first
+/// ([`SessionSocket::receive_listener`]): a bound against a flood that keeps the listening
+/// socket full.
+const DRAIN_AFTER_DEDICATING: usize = 1024;
+
 /// Bytes of datagrams a flush queues before it sends them: about sixteen segmented messages.
 const TX_QUEUE_BYTES: usize = 1 << 20;
 
@@ -493,7 +499,32 @@ impl SessionSocket {
     }
 
     /// Like [`receive_some`](Self::receive_some), from listening socket `i`.
+    ///
+    /// A peer given a socket of its own in this batch may have more datagrams queued on the
+    /// listening socket, sent before its socket existed: older than anything that reaches the
+    /// new socket. They are taken now (up to [`DRAIN_AFTER_DEDICATING`] buffers), before the
+    /// driver serves the new socket, which would otherwise hand the endpoint the peer's later
+    /// datagrams first — a burst sent right after the handshake would arrive reordered, and
+    /// its sender would take the reordering for losses.
     pub fn receive_listener(&mut self, i: usize, max: usize) -> Result<usize, NetError> {
+        let opened = self.opened.len();
+        let mut got = self.receive_listener_once(i, max)?;
+        if self.opened.len() > opened {
+            let mut drained = 0;
+            while drained < DRAIN_AFTER_DEDICATING {
+                let more = self.receive_listener_once(i, max)?;
+                if more == 0 {
+                    break;
+                }
+                drained += more;
+            }
+            got += drained;
+        }
+        Ok(got)
+    }
+
+    /// One receive of at most `max` buffers from listening socket `i`, handed to the endpoint.
+    fn receive_listener_once(&mut self, i: usize, max: usize) -> Result<usize, NetError> {
         self.refill();
         let link = match i {
             0 => &mut self.link,
