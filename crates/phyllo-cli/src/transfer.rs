@@ -12,6 +12,11 @@
 //!                                   ◀─────  Done { name }         (or Fail { reason })
 //! ```
 //!
+//! A single file's client does not wait for the `Accept` to start: it sends the file's first
+//! 64 KiB right behind the offer (a round trip less per transfer). The server takes them after
+//! the offer like any data — an overlap with what it holds is checked, a refused offer's data
+//! is dropped — and the client goes on from `have` if the server holds more.
+//!
 //! A transfer is named by its `id`: for a file, a digest of its name, size and modification
 //! time, so a client that runs again (or a session that ends and comes back, or a server that
 //! restarts) offers the same transfer, and the server answers with `have`, the bytes it already
