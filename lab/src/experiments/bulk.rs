@@ -72,6 +72,20 @@ struct Round {
     /// The end-to-end check's hashes over the file, in `connect`'s pieces, bytes per second.
     sha256: f64,
     blake3: f64,
+    /// CPU (user + system) per file byte, ns: `connect`, `serve`; raw UDP's and quinn's both
+    /// ends together (each runs in this process).
+    cpu_client: f64,
+    cpu_server: f64,
+    cpu_raw: f64,
+    cpu_quinn: f64,
+    /// `ring` AES-256-GCM per byte of a datagram's body, ns: seal, open.
+    seal: f64,
+    open: f64,
+}
+
+/// CPU per byte, ns, of `cpu` spent on `bytes`.
+fn per_byte(cpu: std::time::Duration, bytes: f64) -> f64 {
+    cpu.as_nanos() as f64 / bytes.max(1.0)
 }
 
 /// SHA-256 and BLAKE3 over `data` in `piece`-byte updates, as `connect` and `serve` hash a
@@ -121,14 +135,25 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
     // Odd, so that each median is one round's value.
     let rounds = if ctx.quick { 3 } else { 5 };
     let mut all = Vec::new();
+    let children = || crate::forward::children_cpu_time().context("getrusage");
+    let own = || crate::forward::process_cpu_time().context("getrusage");
     for _ in 0..rounds {
-        let (_server, addr) = spawn_local_serve(&skf, &cpub, &[])?;
+        // Each end's CPU: the children's total grows by a child's when it has been waited
+        // for (connect by `output`, serve when it is stopped right after).
+        let before = children()?;
+        let (server, addr) = spawn_local_serve(&skf, &cpub, &[])?;
         let out = Command::new(exe)
             .args(["connect", &addr, "--accel", "--quiet", "--key", &ckf])
             .args(["--server-key", &spub, "--file", &file])
             .args(["--size", &MESSAGE.to_string()])
             .output()
             .context("running phyllo connect")?;
+        let after_client = children()?;
+        drop(server);
+        let after_server = children()?;
+        let bytes = FILE_BYTES as f64;
+        let cpu_client = per_byte(after_client.saturating_sub(before), bytes);
+        let cpu_server = per_byte(after_server.saturating_sub(after_client), bytes);
         let line = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() || !line.contains("verified=yes") {
             bail!(
@@ -151,10 +176,18 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
         let mut cfg = StreamConfig::new(datagrams as u64, datagram.max(1));
         cfg.offload = true;
         cfg.recv_buffer = 8 << 20;
+        let t0 = own()?;
         let r = raw_stream(&cfg)?;
+        let t1 = own()?;
         let raw = r.bytes_per_s(datagram);
+        let cpu_raw = per_byte(t1.saturating_sub(t0), datagrams * datagram as f64);
         let quinn = phyllo_quinn::quinn_bulk(&data, MESSAGE)?;
+        let cpu_quinn = per_byte(own()?.saturating_sub(t1), bytes);
         let (sha256, blake3) = hash_rates(&data, MESSAGE);
+        // The seal of one datagram's body (the datagram less the session's overhead, about
+        // 50 bytes, as `seal` sees it), and its open.
+        let body = datagram.saturating_sub(50).max(64);
+        let (seal_ns, open_ns) = crate::aead::time_ns(crate::aead::Impl::RingAes, body, 9, 200)?;
         all.push(Round {
             phyllo,
             raw,
@@ -163,6 +196,12 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
             fast,
             sha256,
             blake3,
+            cpu_client,
+            cpu_server,
+            cpu_raw,
+            cpu_quinn,
+            seal: seal_ns / body as f64,
+            open: open_ns / body as f64,
         });
     }
 
@@ -208,7 +247,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
             })
             .collect(),
     };
-    let text = vec![
+    let mut text = vec![
         format!(
             "{} MiB in {MESSAGE}-byte messages, `{}` sealed and accelerated, BLAKE3 at both \
              ends; raw UDP sends as many datagrams of the session's mean size with \
@@ -249,9 +288,68 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
             fast.show(3, "rounds"),
         ),
     ];
+    let med = |f: fn(&Round) -> f64| Summary::of(&col(f));
+    let (client, server) = (med(|r| r.cpu_client), med(|r| r.cpu_server));
+    let (cpu_raw, cpu_quinn) = (med(|r| r.cpu_raw), med(|r| r.cpu_quinn));
+    let hash = 1e9 / b3_mb.median / 1e6;
+    let (seal, open) = (med(|r| r.seal).median, med(|r| r.open).median);
+    let kernel = cpu_raw.median / 2.0;
+    let ns = |x: f64| format!("{x:.2}");
+    let rest = |total: f64, crypto: f64| total - hash - crypto - kernel;
+    let budget = Table {
+        title: "Where each end's CPU goes, ns per file byte (medians over rounds)".into(),
+        headers: ["part", "connect (sends)", "serve (receives)", "measured by"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![
+            vec![
+                "BLAKE3 of the file".into(),
+                ns(hash),
+                ns(hash),
+                format!("one thread over the file in {MESSAGE}-byte updates (above)"),
+            ],
+            vec![
+                "AES-256-GCM of each datagram's body".into(),
+                ns(seal),
+                ns(open),
+                "`ring`, seal and open of a body of the session's datagram size, in-process"
+                    .into(),
+            ],
+            vec![
+                "the kernel's UDP with offload".into(),
+                ns(kernel),
+                ns(kernel),
+                "half of raw UDP's CPU per byte (sender and receiver in one process)".into(),
+            ],
+            vec![
+                "the rest: protocol, runtime, copies, file I/O".into(),
+                ns(rest(client.median, seal)),
+                ns(rest(server.median, open)),
+                "the total less the parts above".into(),
+            ],
+            vec![
+                "total (user + system)".into(),
+                ns(client.median),
+                ns(server.median),
+                "`getrusage` of each child process over its run".into(),
+            ],
+        ],
+    };
+    text.push(format!(
+        "`bulk.cpu_ns_per_byte.client` = {} and `bulk.cpu_ns_per_byte.server` = {} ns of CPU \
+         per file byte (user + system, each process over its whole run: start, handshake, \
+         transfer, check). The same bytes cost quinn {} ns per byte for both ends together, \
+         raw UDP {} ns per byte for both ends. The table below splits each end's total by \
+         the parts measured on their own in this run; what is left is phyllo's own work and \
+         its runtime.",
+        client.show(2, "rounds"),
+        server.show(2, "rounds"),
+        cpu_quinn.show(2, "rounds"),
+        cpu_raw.show(2, "rounds"),
+    ));
     Ok(Outcome::Done(Section {
         text,
-        tables: vec![table],
+        tables: vec![table, budget],
         plots: vec![],
         figures: vec![
             ("ilp.bulk_vs_raw_udp".into(), vs_raw.median),
@@ -263,6 +361,10 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
             ("bulk.hash_blake3_mbytes_per_s".into(), b3_mb.median),
             ("bulk.hash_sha256_mbytes_per_s".into(), sha_mb.median),
             ("bulk.hash_blake3_vs_sha256".into(), b3_vs_sha.median),
+            ("bulk.cpu_ns_per_byte.client".into(), client.median),
+            ("bulk.cpu_ns_per_byte.server".into(), server.median),
+            ("bulk.quinn_cpu_ns_per_byte".into(), cpu_quinn.median),
+            ("bulk.raw_udp_cpu_ns_per_byte".into(), cpu_raw.median),
         ],
     }))
 }

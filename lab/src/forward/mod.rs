@@ -491,6 +491,12 @@ pub fn process_cpu_time() -> io::Result<Duration> {
     sys::process_cpu_time()
 }
 
+/// CPU time (user plus system) of the child processes that have ended and been waited for,
+/// so far (`getrusage(RUSAGE_CHILDREN)`): the difference across one child's wait is its CPU.
+pub fn children_cpu_time() -> io::Result<Duration> {
+    sys::children_cpu_time()
+}
+
 /// Run the calling thread (and the processes it starts from now on) only on these CPUs; an
 /// empty list means all of them.
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {

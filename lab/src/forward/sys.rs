@@ -65,11 +65,17 @@ pub(super) fn process_cpu_time() -> io::Result<Duration> {
     cpu_time(libc::RUSAGE_SELF)
 }
 
+/// CPU time of this process's children that have ended and been waited for (user + system).
+pub(super) fn children_cpu_time() -> io::Result<Duration> {
+    cpu_time(libc::RUSAGE_CHILDREN)
+}
+
 /// `getrusage(who)`: user plus system time.
 fn cpu_time(who: libc::c_int) -> io::Result<Duration> {
     // SAFETY: rusage is plain old data; all zeros is a valid value for the kernel to overwrite.
     let mut ru: libc::rusage = unsafe { mem::zeroed() };
-    // SAFETY: `ru` is a live rusage the kernel writes; `who` is RUSAGE_SELF or RUSAGE_THREAD.
+    // SAFETY: `ru` is a live rusage the kernel writes; `who` is RUSAGE_SELF, RUSAGE_THREAD or
+    // RUSAGE_CHILDREN.
     let r = unsafe { libc::getrusage(who, &mut ru) };
     if r < 0 {
         return Err(io::Error::last_os_error());
