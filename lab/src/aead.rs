@@ -1,6 +1,7 @@
 //! The AEAD implementations the `seal` layer could use, measured side by side: RustCrypto's
-//! ChaCha20-Poly1305 (portable Rust, SIMD by runtime detection) and `ring`'s AES-256-GCM and
-//! ChaCha20-Poly1305 (assembly chosen at run time by CPU features). Each seals and opens in
+//! ChaCha20-Poly1305 (portable Rust, SIMD by runtime detection), `ring`'s AES-256-GCM and
+//! ChaCha20-Poly1305 (assembly chosen at run time by CPU features), and `aws-lc-rs`'s
+//! AES-256-GCM (AWS-LC's assembly, with its own VAES paths). Each seals and opens in
 //! place with a detached 16-byte tag and 16 bytes of associated data, as `seal` does; keys are
 //! set up once (key schedule, GHASH tables), outside what is measured.
 //!
@@ -25,15 +26,18 @@ pub enum Impl {
     /// phyllo's AES-256-GCM split at the nonce (RustCrypto `aes` and `polyval` composed in
     /// `phyllo::layers::gcm`), here without its work done ahead.
     SplitAes,
+    /// `aws-lc-rs` AES-256-GCM.
+    AwsLcAes,
 }
 
 impl Impl {
     /// Every implementation, in report order.
-    pub const ALL: [Impl; 4] = [
+    pub const ALL: [Impl; 5] = [
         Impl::RustcryptoChacha,
         Impl::RingAes,
         Impl::RingChacha,
         Impl::SplitAes,
+        Impl::AwsLcAes,
     ];
 
     /// The name used in figure names and tables.
@@ -43,6 +47,7 @@ impl Impl {
             Impl::RingAes => "ring-aes256gcm",
             Impl::RingChacha => "ring-chacha20poly1305",
             Impl::SplitAes => "phyllo-split-aes256gcm",
+            Impl::AwsLcAes => "aws-lc-aes256gcm",
         }
     }
 }
@@ -57,6 +62,8 @@ pub enum Keyed {
     Ring(LessSafeKey),
     /// phyllo's split AES-256-GCM.
     Split(Box<phyllo::layers::gcm::Gcm>),
+    /// aws-lc-rs.
+    AwsLc(aws_lc_rs::aead::LessSafeKey),
 }
 
 impl Keyed {
@@ -74,6 +81,10 @@ impl Keyed {
                 UnboundKey::new(&CHACHA20_POLY1305, &key).map_err(|_| anyhow!("ring key"))?,
             )),
             Impl::SplitAes => Keyed::Split(Box::new(phyllo::layers::gcm::Gcm::new(&key))),
+            Impl::AwsLcAes => Keyed::AwsLc(aws_lc_rs::aead::LessSafeKey::new(
+                aws_lc_rs::aead::UnboundKey::new(&aws_lc_rs::aead::AES_256_GCM, &key)
+                    .map_err(|_| anyhow!("aws-lc-rs key"))?,
+            )),
         })
     }
 
@@ -105,6 +116,16 @@ impl Keyed {
                     tag = t;
                 }
             }
+            Keyed::AwsLc(k) => {
+                use aws_lc_rs::aead as lc;
+                if let Ok(t) = k.seal_in_place_separate_tag(
+                    lc::Nonce::assume_unique_for_key(nonce),
+                    lc::Aad::from(ad),
+                    data,
+                ) {
+                    tag.copy_from_slice(t.as_ref());
+                }
+            }
         }
         tag
     }
@@ -131,6 +152,16 @@ impl Keyed {
                 )
                 .is_ok(),
             Keyed::Split(g) => g.open(None, n, ad, data, tag),
+            Keyed::AwsLc(k) => {
+                use aws_lc_rs::aead as lc;
+                k.open_in_place_separate_tag(
+                    lc::Nonce::assume_unique_for_key(nonce),
+                    lc::Aad::from(ad),
+                    tag,
+                    data,
+                )
+                .is_ok()
+            }
         }
     }
 }
