@@ -103,7 +103,7 @@ impl UnitCipher for safer::ToyKey {
         let key = *self;
         let mut sum = 0;
         simd::append_units(out, src, |u| {
-            let c = u64::from_le_bytes(key.encrypt(u.to_le_bytes()));
+            let c = key.encrypt_word(u);
             sum += word_sum(c);
             c
         });
@@ -115,7 +115,7 @@ impl UnitCipher for safer::ToyKey {
         let mut sum = 0;
         simd::append_units(out, src, |c| {
             sum += word_sum(c);
-            u64::from_le_bytes(key.decrypt(c.to_le_bytes()))
+            key.decrypt_word(c)
         });
         sum
     }
@@ -167,7 +167,7 @@ pub struct ChaCha {
 const KS_WINDOW: usize = 4096;
 /// Bytes of keystream [`ChaCha`] computes at once for the integrated loops: with the source
 /// and the output they stay in L1.
-const KS_LINE: usize = 1024;
+const KS_LINE: usize = 4096;
 /// A ChaCha block.
 const CHACHA_BLOCK: usize = 64;
 

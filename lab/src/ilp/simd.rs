@@ -106,9 +106,9 @@ pub fn append_units(out: &mut Vec<u8>, src: &[u8], mut f: impl FnMut(u64) -> u64
             let mut u = [0u8; UNIT];
             u.copy_from_slice(s);
             let v = f(u64::from_le_bytes(u)).to_le_bytes();
-            for (d, v) in d.iter_mut().zip(v) {
-                d.write(v);
-            }
+            // One 8-byte store (byte by byte, the writes are eight).
+            let d: &mut [MaybeUninit<u8>; UNIT] = d.try_into().expect("a unit");
+            *d = v.map(MaybeUninit::new);
         }
         0
     });
@@ -191,29 +191,60 @@ mod avx2 {
     use std::arch::x86_64::*;
     use std::mem::MaybeUninit;
 
-    /// Add the two 32-bit words of each 64-bit lane of `x` into `acc`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn acc(acc: &mut __m256i, x: __m256i) {
-        let lo = _mm256_and_si256(x, _mm256_set1_epi64x(0xffff_ffff));
-        let hi = _mm256_srli_epi64::<32>(x);
-        *acc = _mm256_add_epi64(*acc, _mm256_add_epi64(lo, hi));
+    /// Wide accumulators of a sum of 32-bit words: per 64-bit lane, the lanes' plain sum
+    /// (wrapping) and the sum of their high words. A lane's low words sum to the plain sum
+    /// minus the high words' sum shifted up 32 bits (exactly, while fewer than 2^32 vectors are
+    /// added: the low words' sum stays below 2^64), so one shift and two adds per 32 bytes
+    /// keep an exact sum, with no carry to catch.
+    #[derive(Clone, Copy)]
+    struct Acc {
+        all: __m256i,
+        hi: __m256i,
     }
 
-    /// The four lanes of `a` added.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn lanes(a: __m256i) -> u64 {
-        let mut v = [0u64; 4];
-        // SAFETY: `v` is 32 bytes, written unaligned.
-        unsafe { _mm256_storeu_si256(v.as_mut_ptr().cast(), a) };
-        v.iter().sum()
+    impl Acc {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn new() -> Acc {
+            Acc {
+                all: _mm256_setzero_si256(),
+                hi: _mm256_setzero_si256(),
+            }
+        }
+
+        /// Add the two 32-bit words of each 64-bit lane of `x`.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn add(&mut self, x: __m256i) {
+            self.all = _mm256_add_epi64(self.all, x);
+            self.hi = _mm256_add_epi64(self.hi, _mm256_srli_epi64::<32>(x));
+        }
+
+        /// The sum of every word added (lane sums: low words' plus high words').
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn total(self, other: Acc) -> u64 {
+            let mut all = [0u64; 4];
+            let mut hi = [0u64; 4];
+            // SAFETY: each array is 32 bytes, written unaligned.
+            unsafe {
+                _mm256_storeu_si256(
+                    all.as_mut_ptr().cast(),
+                    _mm256_add_epi64(self.all, other.all),
+                );
+                _mm256_storeu_si256(hi.as_mut_ptr().cast(), _mm256_add_epi64(self.hi, other.hi));
+            }
+            all.iter()
+                .zip(hi)
+                .map(|(&a, h)| a.wrapping_sub(h << 32).wrapping_add(h))
+                .fold(0u64, u64::wrapping_add)
+        }
     }
 
     /// The sum of `data`'s little-endian 32-bit words (the last one padded with zeros).
     #[target_feature(enable = "avx2")]
     pub fn sum(data: &[u8]) -> u64 {
-        let (mut a, mut b) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let (mut a, mut b) = (Acc::new(), Acc::new());
         let mut i = 0;
         let p = data.as_ptr();
         while i + 64 <= data.len() {
@@ -224,11 +255,11 @@ mod avx2 {
                     _mm256_loadu_si256(p.add(i + 32).cast()),
                 )
             };
-            acc(&mut a, x);
-            acc(&mut b, y);
+            a.add(x);
+            b.add(y);
             i += 64;
         }
-        lanes(_mm256_add_epi64(a, b)) + super::scalar::sum(&data[i..])
+        a.total(b) + super::scalar::sum(&data[i..])
     }
 
     /// Write `src` (XOR `ks` if `XOR`) to all of `dst` (as long as `src`); the sum of the
@@ -243,12 +274,23 @@ mod avx2 {
         assert!(!XOR || ks.len() == src.len());
         let n = src.len();
         let (s, k, d) = (src.as_ptr(), ks.as_ptr(), dst.as_mut_ptr().cast::<u8>());
-        let (mut a, mut b) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        let mut i = 0;
-        while i + 64 <= n {
-            // SAFETY: bytes `i..i + 64` are in `src`, in `dst` (as long) and, if `XOR`, in
-            // `ks` (as long); loads and stores are unaligned, and `dst` (a `Vec`'s spare
-            // capacity) overlaps neither input.
+        // Stores that straddle cache lines cost two: the first bytes go one by one up to a
+        // 32-byte boundary of the destination (memcpy does the same), when that keeps the
+        // 32-bit words where they were (a whole number of them; a `Vec`'s buffer is at
+        // least 8-aligned and the integrated loops write at multiples of 4).
+        let head = (32 - d as usize % 32) % 32;
+        let i = if head.is_multiple_of(4) {
+            head.min(n)
+        } else {
+            0
+        };
+        let head_ks = if XOR { Some(&ks[..i]) } else { None };
+        let head_sum = super::scalar::xor_sum(&src[..i], head_ks, SUM_OUT, &mut dst[..i]);
+        let (mut a, mut b) = (Acc::new(), Acc::new());
+        let mut step = |i: usize| {
+            // SAFETY: the callers below pass `i` with bytes `i..i + 64` in `src`, in `dst` (as
+            // long) and, if `XOR`, in `ks` (as long); loads and stores are unaligned, and
+            // `dst` (a `Vec`'s spare capacity) overlaps neither input.
             unsafe {
                 let x = _mm256_loadu_si256(s.add(i).cast());
                 let y = _mm256_loadu_si256(s.add(i + 32).cast());
@@ -263,18 +305,37 @@ mod avx2 {
                 _mm256_storeu_si256(d.add(i).cast(), cx);
                 _mm256_storeu_si256(d.add(i + 32).cast(), cy);
                 if SUM_OUT {
-                    acc(&mut a, cx);
-                    acc(&mut b, cy);
+                    a.add(cx);
+                    b.add(cy);
                 } else {
-                    acc(&mut a, x);
-                    acc(&mut b, y);
+                    a.add(x);
+                    b.add(y);
                 }
             }
-            i += 64;
+        };
+        let start = i;
+        let end = start + (n - start) / 64 * 64;
+        // A load whose address matches, in its low 12 bits, a store still in flight waits for
+        // it (4K aliasing): when the destination lies a little above the source modulo 4 KiB,
+        // every forward load would meet the stores just issued, so the loop runs backwards
+        // (as glibc's memmove does); the sum does not care about the order.
+        let apart = (d as usize).wrapping_sub(s as usize) % 4096;
+        if (1..1024).contains(&apart) {
+            let mut j = end;
+            while j > start {
+                j -= 64;
+                step(j);
+            }
+        } else {
+            let mut j = start;
+            while j < end {
+                step(j);
+                j += 64;
+            }
         }
+        let i = end;
         let tail_ks = if XOR { Some(&ks[i..]) } else { None };
-        lanes(_mm256_add_epi64(a, b))
-            + super::scalar::xor_sum(&src[i..], tail_ks, SUM_OUT, &mut dst[i..])
+        head_sum + a.total(b) + super::scalar::xor_sum(&src[i..], tail_ks, SUM_OUT, &mut dst[i..])
     }
 }
 
@@ -338,6 +399,29 @@ mod tests {
         }
         if have_avx2() {
             eprintln!("AVX2 kernels tested against the portable ones");
+        }
+    }
+
+    /// The AVX2 kernel's head (bytes up to a 32-byte boundary of the destination) and its loop
+    /// direction (backwards when the destination sits just above the source modulo 4 KiB)
+    /// depend on addresses: every destination offset and source offsets across a page.
+    #[test]
+    fn the_kernels_agree_wherever_the_bytes_lie() {
+        let big = bytes(4096 + 3000, 77);
+        let ks = bytes(3000, 1);
+        for at in 0..40 {
+            for o in (0..4096).step_by(97) {
+                for n in [0, 3, 64, 200, 2999] {
+                    let src = &big[o..o + n];
+                    let mut out = vec![0xaa; at];
+                    let s = append_xor_sum(&mut out, src, &ks, SumOf::Output);
+                    let x: Vec<u8> = src.iter().zip(&ks).map(|(a, b)| a ^ b).collect();
+                    assert_eq!((s, &out[at..]), (scalar::sum(&x), &x[..]), "{at} {o} {n}");
+                    out.truncate(at);
+                    assert_eq!(append_copy_sum(&mut out, src), scalar::sum(src));
+                    assert_eq!(&out[at..], src);
+                }
+            }
         }
     }
 
