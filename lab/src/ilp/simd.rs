@@ -162,24 +162,37 @@ pub mod scalar {
     ) -> u64 {
         assert_eq!(src.len(), dst.len());
         let mut s = 0u64;
-        let mut i = 0;
-        while i < src.len() {
-            let k = (src.len() - i).min(8);
+        let whole = src.len() / 8 * 8;
+        let units = src[..whole]
+            .chunks_exact(8)
+            .zip(dst[..whole].chunks_exact_mut(8));
+        for (i, (x, d)) in units.enumerate() {
+            let x = u64::from_le_bytes(x.try_into().expect("8 bytes"));
+            let y = match ks {
+                Some(ks) => x ^ u64::from_le_bytes(ks[8 * i..8 * i + 8].try_into().expect("8")),
+                None => x,
+            };
+            let v = if sum_out { y } else { x };
+            s += (v & 0xffff_ffff) + (v >> 32);
+            let d: &mut [MaybeUninit<u8>; 8] = d.try_into().expect("8 bytes");
+            *d = y.to_le_bytes().map(MaybeUninit::new);
+        }
+        let k = src.len() - whole;
+        if k > 0 {
             let mut x = [0u8; 8];
-            x[..k].copy_from_slice(&src[i..i + k]);
+            x[..k].copy_from_slice(&src[whole..]);
             let mut y = x;
             if let Some(ks) = ks {
-                for (y, k) in y.iter_mut().zip(&ks[i..i + k]) {
+                for (y, k) in y.iter_mut().zip(&ks[whole..]) {
                     *y ^= k;
                 }
             }
-            let v = u64::from_le_bytes(if sum_out { y } else { x });
             // Bytes past `k` are zero in both (the key stream is not read there).
+            let v = u64::from_le_bytes(if sum_out { y } else { x });
             s += (v & 0xffff_ffff) + (v >> 32);
-            for (d, y) in dst[i..i + k].iter_mut().zip(y) {
+            for (d, y) in dst[whole..].iter_mut().zip(y) {
                 d.write(y);
             }
-            i += k;
         }
         s
     }
@@ -244,22 +257,25 @@ mod avx2 {
     /// The sum of `data`'s little-endian 32-bit words (the last one padded with zeros).
     #[target_feature(enable = "avx2")]
     pub fn sum(data: &[u8]) -> u64 {
-        let (mut a, mut b) = (Acc::new(), Acc::new());
+        let mut acc = [Acc::new(); 4];
         let mut i = 0;
         let p = data.as_ptr();
-        while i + 64 <= data.len() {
-            // SAFETY: bytes `i..i + 64` are in `data`; the loads are unaligned.
-            let (x, y) = unsafe {
-                (
-                    _mm256_loadu_si256(p.add(i).cast()),
-                    _mm256_loadu_si256(p.add(i + 32).cast()),
-                )
-            };
-            a.add(x);
-            b.add(y);
-            i += 64;
+        while i + 128 <= data.len() {
+            for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: bytes `i..i + 128` are in `data`; the loads are unaligned.
+                acc.add(unsafe { _mm256_loadu_si256(p.add(i + 32 * j).cast()) });
+            }
+            i += 128;
         }
-        a.total(b) + super::scalar::sum(&data[i..])
+        total(acc) + super::scalar::sum(&data[i..])
+    }
+
+    /// The sum of every word the four accumulators were given.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn total(acc: [Acc; 4]) -> u64 {
+        let [a, b, c, d] = acc;
+        a.total(b).wrapping_add(c.total(d))
     }
 
     /// Write `src` (XOR `ks` if `XOR`) to all of `dst` (as long as `src`); the sum of the
@@ -279,63 +295,84 @@ mod avx2 {
         // 32-bit words where they were (a whole number of them; a `Vec`'s buffer is at
         // least 8-aligned and the integrated loops write at multiples of 4).
         let head = (32 - d as usize % 32) % 32;
-        let i = if head.is_multiple_of(4) {
+        let start = if head.is_multiple_of(4) {
             head.min(n)
         } else {
             0
         };
-        let head_ks = if XOR { Some(&ks[..i]) } else { None };
-        let head_sum = super::scalar::xor_sum(&src[..i], head_ks, SUM_OUT, &mut dst[..i]);
-        let (mut a, mut b) = (Acc::new(), Acc::new());
-        let mut step = |i: usize| {
-            // SAFETY: the callers below pass `i` with bytes `i..i + 64` in `src`, in `dst` (as
-            // long) and, if `XOR`, in `ks` (as long); loads and stores are unaligned, and
-            // `dst` (a `Vec`'s spare capacity) overlaps neither input.
+        let head_ks = if XOR { Some(&ks[..start]) } else { None };
+        let head_sum = super::scalar::xor_sum(&src[..start], head_ks, SUM_OUT, &mut dst[..start]);
+        let whole = (n - start) / 32 * 32;
+        // SAFETY: bytes `start..start + whole` are in `src`, in `dst` (as long) and, if `XOR`,
+        // in `ks` (as long); `dst` (a `Vec`'s spare capacity, or a buffer of the tests)
+        // overlaps neither input.
+        let body =
+            unsafe { vectors::<XOR, SUM_OUT>(s.add(start), k.add(start), d.add(start), whole) };
+        let i = start + whole;
+        let tail_ks = if XOR { Some(&ks[i..]) } else { None };
+        head_sum + body + super::scalar::xor_sum(&src[i..], tail_ks, SUM_OUT, &mut dst[i..])
+    }
+
+    /// [`xor_sum`]'s loop over `len` bytes (a multiple of 32) from raw pointers: 128 bytes a
+    /// step into four independent accumulators, then 32 at a time. Raw pointers and never
+    /// inlined on purpose: given the slices' guarantee that the output overlaps no input, the
+    /// compiler turns each load and store of the copy into a `memcpy` of the vector and loads
+    /// the source a second time for the sum.
+    ///
+    /// # Safety
+    /// `len` bytes must be readable from `s` and, if `XOR`, from `k`, and writable at `d`.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn vectors<const XOR: bool, const SUM_OUT: bool>(
+        s: *const u8,
+        k: *const u8,
+        d: *mut u8,
+        len: usize,
+    ) -> u64 {
+        let mut acc = [Acc::new(); 4];
+        // 32 bytes at `i` into `acc[j]`.
+        let mut vector = |i: usize, j: usize| {
+            // SAFETY: `i + 32 <= len` at every call below; see the function's contract.
             unsafe {
                 let x = _mm256_loadu_si256(s.add(i).cast());
-                let y = _mm256_loadu_si256(s.add(i + 32).cast());
-                let (cx, cy) = if XOR {
-                    (
-                        _mm256_xor_si256(x, _mm256_loadu_si256(k.add(i).cast())),
-                        _mm256_xor_si256(y, _mm256_loadu_si256(k.add(i + 32).cast())),
-                    )
+                let c = if XOR {
+                    _mm256_xor_si256(x, _mm256_loadu_si256(k.add(i).cast()))
                 } else {
-                    (x, y)
+                    x
                 };
-                _mm256_storeu_si256(d.add(i).cast(), cx);
-                _mm256_storeu_si256(d.add(i + 32).cast(), cy);
-                if SUM_OUT {
-                    a.add(cx);
-                    b.add(cy);
-                } else {
-                    a.add(x);
-                    b.add(y);
-                }
+                _mm256_storeu_si256(d.add(i).cast(), c);
+                acc[j].add(if SUM_OUT { c } else { x });
             }
         };
-        let start = i;
-        let end = start + (n - start) / 64 * 64;
+        let lines = len / 128 * 128;
         // A load whose address matches, in its low 12 bits, a store still in flight waits for
         // it (4K aliasing): when the destination lies a little above the source modulo 4 KiB,
-        // every forward load would meet the stores just issued, so the loop runs backwards
-        // (as glibc's memmove does); the sum does not care about the order.
+        // the loads of a forward loop meet the stores just issued, so it runs backwards (as
+        // glibc's memmove does); the sum does not care about the order.
         let apart = (d as usize).wrapping_sub(s as usize) % 4096;
-        if (1..1024).contains(&apart) {
-            let mut j = end;
-            while j > start {
-                j -= 64;
-                step(j);
+        if (1..2048).contains(&apart) {
+            let mut i = lines;
+            while i > 0 {
+                i -= 128;
+                for j in 0..4 {
+                    vector(i + 32 * j, j);
+                }
             }
         } else {
-            let mut j = start;
-            while j < end {
-                step(j);
-                j += 64;
+            let mut i = 0;
+            while i < lines {
+                for j in 0..4 {
+                    vector(i + 32 * j, j);
+                }
+                i += 128;
             }
         }
-        let i = end;
-        let tail_ks = if XOR { Some(&ks[i..]) } else { None };
-        head_sum + a.total(b) + super::scalar::xor_sum(&src[i..], tail_ks, SUM_OUT, &mut dst[i..])
+        let mut i = lines;
+        while i + 32 <= len {
+            vector(i, 0);
+            i += 32;
+        }
+        total(acc)
     }
 }
 
