@@ -313,6 +313,23 @@ mod avx2 {
         head_sum + body + super::scalar::xor_sum(&src[i..], tail_ks, SUM_OUT, &mut dst[i..])
     }
 
+    /// 32 bytes from `p` as two 16-byte loads: the destination is aligned, so the sources
+    /// mostly are not, and a 16-byte load crosses a cache line half as often as a 32-byte one
+    /// (measured on Zen 3: faster even when aligned).
+    ///
+    /// # Safety
+    /// 32 bytes must be readable from `p`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load(p: *const u8) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_loadu2_m128i(p.add(16).cast(), p.cast()) }
+    }
+
+    /// How far apart (modulo 4 KiB) an input and the output must be for the loop's loads to
+    /// miss the stores in flight: about the store queue's reach.
+    const NEAR: usize = 1536;
+
     /// [`xor_sum`]'s loop over `len` bytes (a multiple of 32) from raw pointers: 128 bytes a
     /// step into four independent accumulators, then 32 at a time. Raw pointers and never
     /// inlined on purpose: given the slices' guarantee that the output overlaps no input, the
@@ -334,9 +351,9 @@ mod avx2 {
         let mut vector = |i: usize, j: usize| {
             // SAFETY: `i + 32 <= len` at every call below; see the function's contract.
             unsafe {
-                let x = _mm256_loadu_si256(s.add(i).cast());
+                let x = load(s.add(i));
                 let c = if XOR {
-                    _mm256_xor_si256(x, _mm256_loadu_si256(k.add(i).cast()))
+                    _mm256_xor_si256(x, load(k.add(i)))
                 } else {
                     x
                 };
@@ -346,11 +363,17 @@ mod avx2 {
         };
         let lines = len / 128 * 128;
         // A load whose address matches, in its low 12 bits, a store still in flight waits for
-        // it (4K aliasing): when the destination lies a little above the source modulo 4 KiB,
-        // the loads of a forward loop meet the stores just issued, so it runs backwards (as
-        // glibc's memmove does); the sum does not care about the order.
-        let apart = (d as usize).wrapping_sub(s as usize) % 4096;
-        if (1..2048).contains(&apart) {
+        // it (4K aliasing): when the destination lies a little above an input modulo 4 KiB,
+        // the loads of a forward loop meet the stores just issued, and when it lies a little
+        // below, those of a backward loop do. The loop runs backwards (as glibc's memmove
+        // does) when that meets fewer; the sum does not care about the order.
+        let apart = |x: *const u8| (d as usize).wrapping_sub(x as usize) % 4096;
+        let near = 1..NEAR;
+        let far = 4096 - NEAR + 1..4096;
+        let inputs = if XOR { &[s, k][..] } else { &[s][..] };
+        let forward_meets = inputs.iter().filter(|&&x| near.contains(&apart(x))).count();
+        let backward_meets = inputs.iter().filter(|&&x| far.contains(&apart(x))).count();
+        if backward_meets < forward_meets {
             let mut i = lines;
             while i > 0 {
                 i -= 128;
