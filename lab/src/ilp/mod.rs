@@ -28,6 +28,16 @@
 //! is the layered execution — each call reads and writes the whole message — and the point is
 //! that a unit, once loaded, is marshalled, encrypted, summed and stored while it is in
 //! registers. The crates (XDR here, the checksum of [`phyllo::inet`]) are its test oracles.
+//!
+//! The loop's step over the body is the cipher's ([`UnitCipher::encrypt_append`] and
+//! [`UnitCipher::decrypt_append`]), which writes straight into the packet's spare capacity —
+//! sized once, never zeroed, never appended to unit by unit — and returns the checksum's sum
+//! of what it wrote (or read), accumulated wide and folded once per packet: [`Plain`] is a
+//! copy-and-checksum, [`ChaCha`] a copy-and-XOR with keystream its core writes into an
+//! L1-sized window, and the toy cipher takes each unit through its tables in a register
+//! ([`safer::ToyKey::encrypt_word`]). The copy kernels ([`simd`]) use AVX2 where the CPU has
+//! it (detected at run time; the build targets no CPU) and a portable loop elsewhere, tested
+//! equal.
 
 pub mod safer;
 pub mod simd;

@@ -3,17 +3,24 @@
 //!
 //! Every function here computes the same integer: the sum of the data's little-endian 32-bit
 //! words (a last partial word padded with zeros on the right) as a `u64` — the one's
-//! complement sum before folding, exactly what summing [`super::unit_sum`] over 8-byte units
-//! gives, so results of the kernels and of the scalar units add up exactly. Data that starts
+//! complement sum before folding, exactly what summing the integrated loop's `unit_sum` over
+//! 8-byte units gives, so results of the kernels and of the scalar units add up exactly (for
+//! data under 16 GiB, 2^32 words, the most a `u64` of them holds; a packet's region is under
+//! 4 GiB). Data that starts
 //! at an even offset of the checksummed region sums correctly by itself (RFC 1071 §2: the sum
 //! is independent of grouping and byte order up to the final swap).
 //!
 //! Two implementations, chosen at run time (no `target-cpu` or `target-feature` at build
-//! time): AVX2 (x86-64 with `is_x86_feature_detected!("avx2")`), 64 bytes a step — two 32-byte
-//! loads, two stores, and each 64-bit lane's two 32-bit words added into two 64-bit
-//! accumulators (`and`, `shift`, two `add`s per 32 bytes: no carries to catch, since 2^32 words
-//! of at most 2^32 − 1 do not overflow a 64-bit lane); and a portable scalar one, 8 bytes a
-//! step, which every other machine runs and the tests hold the AVX2 path equal to.
+//! time): AVX2 (x86-64 with `is_x86_feature_detected!("avx2")`) and a portable scalar one, 8
+//! bytes a step, which every other machine runs and the tests hold the AVX2 path equal to
+//! (every length to 300 and beyond, every output alignment, inputs across a page). The AVX2
+//! loop takes 128 bytes a step into four accumulators; per 32 bytes it loads (two 16-byte
+//! halves), XORs if asked, stores, and adds the vector into a wrapping sum of 64-bit lanes and
+//! its high 32-bit words, shifted down, into a second one — one shift and two adds, exact
+//! with no carry to catch (the AVX2 module's `Acc`). Its first bytes go one by one up to a 32-byte
+//! boundary of the output (so that no store straddles cache lines), and it runs backwards
+//! when the output sits just above an input modulo 4 KiB (4K aliasing; glibc's memmove does
+//! the same).
 //!
 //! The output is written straight into a `Vec`'s spare capacity, so the integrated paths
 //! neither zero the packet before filling it nor append it unit by unit. This is the lab's
@@ -125,10 +132,10 @@ fn append_with(
     out.reserve(n);
     let len = out.len();
     let s = fill(&mut out.spare_capacity_mut()[..n]);
-    // SAFETY: `reserve` made room for `n` more bytes, and `fill` — a kernel of this module,
-    // never a caller's closure — initialised all of `spare_capacity_mut()[..n]` (each writes
-    // every byte of the `dst` it is given; the tests compare every byte). Had it panicked,
-    // the length would be unchanged.
+    // SAFETY: `reserve` made room for `n` more bytes, and `fill` — one of this module's
+    // closures, never a caller's (a caller's `f` in `append_units` only maps values) —
+    // initialised all of `spare_capacity_mut()[..n]` (each writes every byte of the `dst` it
+    // is given; the tests compare every byte). Had it panicked, the length would be unchanged.
     unsafe { out.set_len(len + n) };
     s
 }
