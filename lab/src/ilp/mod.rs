@@ -723,6 +723,74 @@ mod tests {
         }
     }
 
+    /// Every size to 300 bytes and some large ones, every cipher, on the AVX2 kernels (where
+    /// the CPU has them) and on the portable ones: the three executions make the layered
+    /// packet, get the reply back, and refuse the packet with a byte of the body or the
+    /// checksum damaged.
+    #[test]
+    fn every_size_every_cipher_both_kernels() {
+        let (k, nonce) = ([9u8; 32], [4u8; 12]);
+        for n in (0..=300).chain([1000, 4095, 4096, 4097, 16_384, 16_400, 65_539]) {
+            let data: Vec<u8> = (0..n).map(|i| (i * 151 + n) as u8).collect();
+            let r = Reply {
+                xid: 0xdead_beef,
+                seq: n as u32,
+                data: &data,
+            };
+            for cipher in 0..3 {
+                let run = |e: Execution, p: Option<&[u8]>, out: &mut Vec<u8>| match cipher {
+                    0 => match p {
+                        None => {
+                            send(e, &mut KEY.clone(), &r, out);
+                            Ok((0, 0))
+                        }
+                        Some(p) => receive(e, &mut KEY.clone(), p, out),
+                    },
+                    1 => match p {
+                        None => {
+                            send(e, &mut ChaCha::new(&k, &nonce), &r, out);
+                            Ok((0, 0))
+                        }
+                        Some(p) => receive(e, &mut ChaCha::new(&k, &nonce), p, out),
+                    },
+                    _ => match p {
+                        None => {
+                            send(e, &mut Plain, &r, out);
+                            Ok((0, 0))
+                        }
+                        Some(p) => receive(e, &mut Plain, p, out),
+                    },
+                };
+                let mut want = Vec::new();
+                run(Execution::Layered, None, &mut want).unwrap();
+                for portable in [false, true] {
+                    simd::PORTABLE.with(|p| p.set(portable));
+                    for e in Execution::ALL {
+                        let what =
+                            format!("{e:?}, cipher {cipher}, {n} bytes, portable {portable}");
+                        let mut p = vec![1, 2, 3];
+                        run(e, None, &mut p).unwrap();
+                        assert_eq!(p, want, "{what}");
+                        let mut got = Vec::new();
+                        assert_eq!(run(e, Some(&p), &mut got), Ok((r.xid, r.seq)), "{what}");
+                        assert_eq!(got, data, "{what}");
+                        for at in [
+                            0,
+                            (HEADER + 2 * BLOCK + n / 2).min(p.len() - 1),
+                            p.len() - 1,
+                        ] {
+                            let mut bad = p.clone();
+                            bad[at] ^= 0x20;
+                            let got_bad = run(e, Some(&bad), &mut got);
+                            assert!(got_bad.is_err() && got.is_empty(), "{what}: byte {at}");
+                        }
+                    }
+                }
+                simd::PORTABLE.with(|p| p.set(false));
+            }
+        }
+    }
+
     #[test]
     fn every_corruption_is_refused_by_every_execution() {
         let data: Vec<u8> = (0..37u8).collect();

@@ -43,9 +43,19 @@ pub enum SumOf {
     Output,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests of the whole data path set this to run it on the portable kernels.
+    pub(crate) static PORTABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Whether the AVX2 kernels run on this machine.
 #[inline]
 pub fn have_avx2() -> bool {
+    #[cfg(test)]
+    if PORTABLE.with(|p| p.get()) {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2")
