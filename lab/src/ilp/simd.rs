@@ -49,6 +49,10 @@ thread_local! {
     pub(crate) static PORTABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Bytes below which the copy kernels go straight to the portable loop: a packet's single
+/// units (its header, its tail) would pay the AVX2 loop's set-up for a few words.
+const SHORT: usize = 64;
+
 /// Whether the AVX2 kernels run on this machine.
 #[inline]
 pub fn have_avx2() -> bool {
@@ -80,7 +84,7 @@ pub fn sum(data: &[u8]) -> u64 {
 pub fn append_copy_sum(out: &mut Vec<u8>, src: &[u8]) -> u64 {
     append_with(out, src.len(), |dst| {
         #[cfg(target_arch = "x86_64")]
-        if have_avx2() {
+        if src.len() >= SHORT && have_avx2() {
             // SAFETY: AVX2 is available (checked just above).
             return unsafe { avx2::xor_sum::<false, false>(src, &[], dst) };
         }
@@ -97,7 +101,7 @@ pub fn append_xor_sum(out: &mut Vec<u8>, src: &[u8], ks: &[u8], of: SumOf) -> u6
     let ks = &ks[..src.len()];
     append_with(out, src.len(), |dst| {
         #[cfg(target_arch = "x86_64")]
-        if have_avx2() {
+        if src.len() >= SHORT && have_avx2() {
             // SAFETY: AVX2 is available (checked just above); `ks` is as long as `src`.
             return unsafe {
                 match of {
