@@ -89,19 +89,21 @@ impl ToyKey {
     }
 
     /// [`ToyKey::encrypt`] of a block loaded as a little-endian word, in registers: the integrated
-    /// loop's form (a byte is a shift of the word; only the table lookups touch memory).
+    /// loop's form. The key goes in with whole-word operations (XOR on its bytes, a bytewise
+    /// add without carries across bytes on the others), a byte is a shift of the word, and
+    /// only the table lookups touch memory.
     #[inline(always)]
     pub fn encrypt_word(&self, v: u64) -> u64 {
         let k = u64::from_le_bytes(self.0);
-        let byte = |w: u64, i: usize| (w >> (8 * i)) as u8;
+        let x = ((v ^ k) & XOR_BYTES) | (bytewise_add(v, k) & !XOR_BYTES);
+        let byte = |i: usize| (x >> (8 * i)) as u8;
         let mut out = 0u64;
         for p in 0..BLOCK / 2 {
             let [a1, a2] = [2 * p, 2 * p + 1].map(|i| {
-                let (b, kb) = (byte(v, i), byte(k, i));
                 if XOR_EXP[i] {
-                    EXP[(b ^ kb) as usize]
+                    EXP[byte(i) as usize]
                 } else {
-                    LOG[b.wrapping_add(kb) as usize]
+                    LOG[byte(i) as usize]
                 }
             });
             let y1 = a1.wrapping_mul(2).wrapping_add(a2);
@@ -115,24 +117,51 @@ impl ToyKey {
     #[inline(always)]
     pub fn decrypt_word(&self, v: u64) -> u64 {
         let k = u64::from_le_bytes(self.0);
-        let byte = |w: u64, i: usize| (w >> (8 * i)) as u8;
-        let mut out = 0u64;
+        let byte = |i: usize| (v >> (8 * i)) as u8;
+        let mut t = 0u64;
         for p in 0..BLOCK / 2 {
-            let (y1, y2) = (byte(v, 2 * p), byte(v, 2 * p + 1));
+            let (y1, y2) = (byte(2 * p), byte(2 * p + 1));
             let a1 = y1.wrapping_sub(y2);
             let a2 = y2.wrapping_sub(a1);
             let [x1, x2] = [(2 * p, a1), (2 * p + 1, a2)].map(|(i, x)| {
-                let kb = byte(k, i);
                 if XOR_EXP[i] {
-                    LOG[x as usize] ^ kb
+                    LOG[x as usize]
                 } else {
-                    EXP[x as usize].wrapping_sub(kb)
+                    EXP[x as usize]
                 }
             });
-            out |= (u64::from(x1) << (16 * p)) | (u64::from(x2) << (16 * p + 8));
+            t |= (u64::from(x1) << (16 * p)) | (u64::from(x2) << (16 * p + 8));
         }
-        out
+        ((t ^ k) & XOR_BYTES) | (bytewise_sub(t, k) & !XOR_BYTES)
     }
+}
+
+/// The bytes of a little-endian word that [`XOR_EXP`] marks.
+const XOR_BYTES: u64 = {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < BLOCK {
+        if XOR_EXP[i] {
+            m |= 0xff << (8 * i);
+        }
+        i += 1;
+    }
+    m
+};
+
+/// The high bit of every byte.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// `a + b` byte by byte (each byte wrapping, no carry into the next).
+#[inline(always)]
+fn bytewise_add(a: u64, b: u64) -> u64 {
+    ((a & !HIGH) + (b & !HIGH)) ^ ((a ^ b) & HIGH)
+}
+
+/// `a - b` byte by byte (each byte wrapping, no borrow from the next).
+#[inline(always)]
+fn bytewise_sub(a: u64, b: u64) -> u64 {
+    ((a | HIGH) - (b & !HIGH)) ^ ((a ^ !b) & HIGH)
 }
 
 #[cfg(test)]
