@@ -159,7 +159,8 @@ pub struct ChaCha {
     /// The stream cipher, for long in-place stretches (the layered passes).
     cipher: chacha20::ChaCha20,
     /// Its core (same key and nonce), which writes whole keystream blocks where it is told:
-    /// the windows below, with no buffer to zero and no XOR on the way.
+    /// into the windows below, with no XOR on the way (a window is zeroed once, when it is
+    /// first allocated, not per fill).
     core: chacha20::ChaChaCore<chacha20::cipher::consts::U10>,
     /// Keystream computed ahead: one bulk call of the core per window (four blocks at a time
     /// in its SIMD backends, its per-call cost paid once), then XORs.
