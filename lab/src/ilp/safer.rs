@@ -87,6 +87,81 @@ impl ToyKey {
         }
         x
     }
+
+    /// [`ToyKey::encrypt`] of a block loaded as a little-endian word, in registers: the integrated
+    /// loop's form. The key goes in with whole-word operations (XOR on its bytes, a bytewise
+    /// add without carries across bytes on the others), a byte is a shift of the word, and
+    /// only the table lookups touch memory.
+    #[inline(always)]
+    pub fn encrypt_word(&self, v: u64) -> u64 {
+        let k = u64::from_le_bytes(self.0);
+        let x = ((v ^ k) & XOR_BYTES) | (bytewise_add(v, k) & !XOR_BYTES);
+        let byte = |i: usize| (x >> (8 * i)) as u8;
+        let mut out = 0u64;
+        for p in 0..BLOCK / 2 {
+            let [a1, a2] = [2 * p, 2 * p + 1].map(|i| {
+                if XOR_EXP[i] {
+                    EXP[byte(i) as usize]
+                } else {
+                    LOG[byte(i) as usize]
+                }
+            });
+            let y1 = a1.wrapping_mul(2).wrapping_add(a2);
+            let y2 = a1.wrapping_add(a2);
+            out |= (u64::from(y1) << (16 * p)) | (u64::from(y2) << (16 * p + 8));
+        }
+        out
+    }
+
+    /// [`ToyKey::decrypt`] of a block loaded as a little-endian word, in registers.
+    #[inline(always)]
+    pub fn decrypt_word(&self, v: u64) -> u64 {
+        let k = u64::from_le_bytes(self.0);
+        let byte = |i: usize| (v >> (8 * i)) as u8;
+        let mut t = 0u64;
+        for p in 0..BLOCK / 2 {
+            let (y1, y2) = (byte(2 * p), byte(2 * p + 1));
+            let a1 = y1.wrapping_sub(y2);
+            let a2 = y2.wrapping_sub(a1);
+            let [x1, x2] = [(2 * p, a1), (2 * p + 1, a2)].map(|(i, x)| {
+                if XOR_EXP[i] {
+                    LOG[x as usize]
+                } else {
+                    EXP[x as usize]
+                }
+            });
+            t |= (u64::from(x1) << (16 * p)) | (u64::from(x2) << (16 * p + 8));
+        }
+        ((t ^ k) & XOR_BYTES) | (bytewise_sub(t, k) & !XOR_BYTES)
+    }
+}
+
+/// The bytes of a little-endian word that [`XOR_EXP`] marks.
+const XOR_BYTES: u64 = {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < BLOCK {
+        if XOR_EXP[i] {
+            m |= 0xff << (8 * i);
+        }
+        i += 1;
+    }
+    m
+};
+
+/// The high bit of every byte.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// `a + b` byte by byte (each byte wrapping, no carry into the next).
+#[inline(always)]
+fn bytewise_add(a: u64, b: u64) -> u64 {
+    ((a & !HIGH) + (b & !HIGH)) ^ ((a ^ b) & HIGH)
+}
+
+/// `a - b` byte by byte (each byte wrapping, no borrow from the next).
+#[inline(always)]
+fn bytewise_sub(a: u64, b: u64) -> u64 {
+    ((a | HIGH) - (b & !HIGH)) ^ ((a ^ !b) & HIGH)
 }
 
 #[cfg(test)]
@@ -111,6 +186,21 @@ mod tests {
             let c = k.encrypt(b);
             assert_ne!(c, b);
             assert_eq!(k.decrypt(c), b);
+        }
+    }
+
+    #[test]
+    fn the_word_forms_are_the_block_forms() {
+        let k = ToyKey([3, 141, 59, 26, 53, 58, 97, 93]);
+        let mut v = 0x0123_4567_89ab_cdefu64;
+        for _ in 0..100_000 {
+            let b = v.to_le_bytes();
+            assert_eq!(k.encrypt_word(v).to_le_bytes(), k.encrypt(b));
+            assert_eq!(k.decrypt_word(v).to_le_bytes(), k.decrypt(b));
+            // xorshift: every byte value in every position
+            v ^= v << 13;
+            v ^= v >> 7;
+            v ^= v << 17;
         }
     }
 }
