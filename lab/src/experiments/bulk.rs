@@ -312,8 +312,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
                 "AES-256-GCM of each datagram's body".into(),
                 ns(seal),
                 ns(open),
-                "`ring`, seal and open of a body of the session's datagram size, in-process"
-                    .into(),
+                "`ring`, seal and open of a body of the session's datagram size, in-process".into(),
             ],
             vec![
                 "the kernel's UDP with offload".into(),
