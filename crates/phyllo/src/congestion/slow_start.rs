@@ -136,7 +136,8 @@ pub(crate) struct SlowStart {
     ssthresh: u64,
     recovery_start: Option<Time>,
     hystart: HyStart,
-    /// (when, window from then on), oldest first, while in slow start.
+    /// (when, window from then on), oldest first, while in slow start (given back when slow
+    /// start ends: an idle session keeps nothing of it).
     history: VecDeque<(Time, u64)>,
 }
 
@@ -181,7 +182,7 @@ impl SlowStart {
             match self.hystart.on_ack(now, sent, rtt.latest()) {
                 Phase::Done => {
                     self.ssthresh = *window;
-                    self.history.clear();
+                    self.history = VecDeque::new();
                     return true;
                 }
                 phase => *window += HyStart::growth(phase, bytes),
@@ -216,7 +217,7 @@ impl SlowStart {
         }
         self.recovery_start = Some(now);
         self.hystart.reset();
-        self.history.clear();
+        self.history = VecDeque::new();
         true
     }
 
