@@ -4,9 +4,11 @@
 //! path with a one-bit protocol-specific field that is set if and only if the message is a
 //! fragment, so the receiver's header prediction fails and reassembly takes the layered path.
 //! A message whose body exceeds the fragment size is absorbed in pre-send and split in
-//! post-send; each fragment's body starts with a 12-byte fragment header (message id, chunk
-//! size, total length, offset; big-endian) that only fragments carry, so ordinary messages pay
-//! one bit.
+//! post-send; each fragment's body starts with an 8-byte fragment header (message id, chunk
+//! size, the fragment's index, the message's fragment count; big-endian 16-bit fields) that
+//! only fragments carry, so ordinary messages pay one bit. Every fragment but the last carries
+//! exactly the chunk size; the last one's length completes the message's (which is therefore
+//! known when the last fragment arrives, and at most the count times the chunk size before).
 //!
 //! **The fragment size comes from the path.** `frag(N)` cuts bodies of at most `N` bytes, and
 //! fewer when the path carries less; `frag` cuts them to what the path carries
@@ -28,7 +30,7 @@ use crate::outline::cold;
 use crate::plpmtu::{PathMtu, MAX_PLPMTU};
 
 /// Bytes of the fragment header at the start of a fragment's body.
-pub const FRAG_HEADER: usize = 12;
+pub const FRAG_HEADER: usize = 8;
 /// Reassemblies in progress at most.
 pub const MAX_SLOTS: usize = 4;
 
@@ -39,10 +41,10 @@ struct Header {
     id: u16,
     /// Body bytes of every fragment of the message but the last.
     chunk: usize,
-    /// The message's body bytes.
-    total: usize,
-    /// This fragment's place in the body.
-    off: usize,
+    /// This fragment's place among the message's: its body starts at `index * chunk`.
+    index: usize,
+    /// The message's fragments (at least 2).
+    count: usize,
 }
 
 #[derive(Debug)]
@@ -50,9 +52,11 @@ struct Slot {
     id: u16,
     /// Body bytes per fragment (all but the last).
     chunk: usize,
-    total: usize,
-    /// Header area of the first fragment, then the message body.
+    count: usize,
+    /// Header area of the first fragment, then room for `count * chunk` body bytes.
     msg: Msg,
+    /// The message's body bytes, once its last fragment came.
+    total: Option<usize>,
     got: Vec<bool>,
     missing: usize,
     age: u64,
@@ -139,29 +143,35 @@ impl<const O: bool> Frag<O> {
 
     fn parse(body: &[u8]) -> Option<Header> {
         let h = body.get(..FRAG_HEADER)?;
+        let field = |i: usize| usize::from(u16::from_be_bytes([h[i], h[i + 1]]));
         Some(Header {
             id: u16::from_be_bytes([h[0], h[1]]),
-            chunk: usize::from(u16::from_be_bytes([h[2], h[3]])),
-            total: u32::from_be_bytes([h[4], h[5], h[6], h[7]]) as usize,
-            off: u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize,
+            chunk: field(2),
+            index: field(4),
+            count: field(6),
         })
     }
 
-    /// Whether a fragment is well-formed: a chunk size the sender could have used, in bounds,
-    /// at a chunk boundary, of the right length.
+    /// Whether a fragment is well-formed: a chunk size the sender could have used, a place
+    /// among at least two fragments, the chunk's length (the last: 1 to the chunk's), and a
+    /// message no longer than the connection's largest.
     fn check(&self, body: &[u8]) -> Result<Header, DropReason> {
         let h = Self::parse(body).ok_or(DropReason::Truncated)?;
         let len = body.len() - FRAG_HEADER;
-        if h.total > self.max_message {
-            return Err(DropReason::TooLarge);
-        }
+        let last = h.index + 1 == h.count;
         if h.chunk < 64 - FRAG_HEADER
-            || h.total <= h.chunk
-            || h.off % h.chunk != 0
-            || h.off >= h.total
-            || len != h.chunk.min(h.total - h.off)
+            || h.count < 2
+            || h.index >= h.count
+            || (!last && len != h.chunk)
+            || (last && (len == 0 || len > h.chunk))
         {
             return Err(DropReason::Malformed);
+        }
+        // The message holds more than `count - 1` chunks.
+        if (h.count - 1) * h.chunk >= self.max_message
+            || (last && (h.count - 1) * h.chunk + len > self.max_message)
+        {
+            return Err(DropReason::TooLarge);
         }
         Ok(h)
     }
@@ -202,8 +212,13 @@ impl<const O: bool> Layer for Frag<O> {
         self.next_id = self.next_id.wrapping_add(1);
         let body = &m.data()[hl..];
         let total = body.len();
-        // One size for the whole message; at most what the header's 16 bits name.
-        let size = (self.cap() - FRAG_HEADER).min(usize::from(u16::MAX));
+        // One size for the whole message; at most what the header's 16 bits name, and large
+        // enough that the count fits its 16 bits (only a message of over 3.6 MiB, which the
+        // connection's largest does not allow by default, on a path of under 120 bytes needs
+        // fragments larger than the path).
+        let max = usize::from(u16::MAX);
+        let size = (self.cap() - FRAG_HEADER).min(max).max(total.div_ceil(max));
+        let count = total.div_ceil(size);
         for (k, chunk) in body.chunks(size).enumerate() {
             let mut f = cx.alloc();
             // Headers written (the header area, then the fragment header), then the chunk
@@ -212,8 +227,8 @@ impl<const O: bool> Layer for Frag<O> {
             let mut fh = [0u8; FRAG_HEADER];
             fh[..2].copy_from_slice(&id.to_be_bytes());
             fh[2..4].copy_from_slice(&(size as u16).to_be_bytes());
-            fh[4..8].copy_from_slice(&(total as u32).to_be_bytes());
-            fh[8..].copy_from_slice(&((k * size) as u32).to_be_bytes());
+            fh[4..6].copy_from_slice(&(k as u16).to_be_bytes());
+            fh[6..].copy_from_slice(&(count as u16).to_be_bytes());
             f.append_array(&fh);
             f.extend_from_slice(chunk);
             cx.set(&mut f, field, 1);
@@ -245,8 +260,8 @@ impl<const O: bool> Layer for Frag<O> {
         let Ok(Header {
             id,
             chunk,
-            total,
-            off,
+            index,
+            count,
         }) = self.check(&m.data()[hl..])
         else {
             cx.free(m);
@@ -254,7 +269,7 @@ impl<const O: bool> Layer for Frag<O> {
         };
         self.clock += 1;
         let idx = match self.slots.iter().position(|s| s.id == id) {
-            Some(i) if self.slots[i].total == total && self.slots[i].chunk == chunk => i,
+            Some(i) if self.slots[i].count == count && self.slots[i].chunk == chunk => i,
             Some(_) => {
                 cx.count_drop(DropReason::Malformed);
                 cx.free(m);
@@ -271,38 +286,45 @@ impl<const O: bool> Layer for Frag<O> {
                 }
                 let mut buf = cx.alloc();
                 // The header area written in front; the body's bytes are copied in as the
-                // fragments come.
+                // fragments come, into room for whole chunks (the last may be shorter: the
+                // message is cut to its length when it is complete).
                 buf.prepend(&m.data()[..hl]);
-                buf.push_back(total);
-                let n = total.div_ceil(chunk);
+                buf.push_back(count * chunk);
                 self.slots.push(Slot {
                     id,
                     chunk,
-                    total,
+                    count,
                     msg: buf,
-                    got: vec![false; n],
-                    missing: n,
+                    total: None,
+                    got: vec![false; count],
+                    missing: count,
                     age: self.clock,
                 });
                 self.slots.len() - 1
             }
         };
-        let k = off / chunk;
         let slot = &mut self.slots[idx];
         slot.age = self.clock;
-        if slot.got[k] {
+        if slot.got[index] {
             cx.count_drop(DropReason::Duplicate);
             cx.free(m);
             return;
         }
-        slot.got[k] = true;
+        slot.got[index] = true;
         slot.missing -= 1;
         let data = &m.data()[hl + FRAG_HEADER..];
+        let off = index * chunk;
+        if index + 1 == count {
+            slot.total = Some(off + data.len());
+        }
         slot.msg.data_mut()[hl + off..hl + off + data.len()].copy_from_slice(data);
         crate::msg::count_copy(data.len());
         cx.free(m);
         if slot.missing == 0 {
-            let mut whole = self.slots.swap_remove(idx).msg;
+            let s = self.slots.swap_remove(idx);
+            let mut whole = s.msg;
+            // Every fragment came, the last one too.
+            whole.truncate(hl + s.total.unwrap_or(count * chunk));
             cx.set(&mut whole, field, 0);
             cx.deliver_up(whole);
         }
@@ -335,5 +357,62 @@ impl<const O: bool> Layer for Frag<O> {
         if let Some(h) = self.field {
             p.set(h, 0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fragment's body: its header, then `len` bytes.
+    fn fragment(id: u16, chunk: u16, index: u16, count: u16, len: usize) -> Vec<u8> {
+        let mut b = Vec::new();
+        for v in [id, chunk, index, count] {
+            b.extend_from_slice(&v.to_be_bytes());
+        }
+        b.resize(FRAG_HEADER + len, 0x5a);
+        b
+    }
+
+    #[test]
+    fn a_fragment_header_is_checked_whole_before_anything_is_kept() {
+        let f = Frag::new(1400);
+        // A message of 2.5 chunks: two whole ones and a half.
+        assert!(f.check(&fragment(7, 1000, 0, 3, 1000)).is_ok());
+        assert!(f.check(&fragment(7, 1000, 1, 3, 1000)).is_ok());
+        assert!(f.check(&fragment(7, 1000, 2, 3, 500)).is_ok());
+        assert!(f.check(&fragment(7, 1000, 2, 3, 1000)).is_ok());
+        let malformed = [
+            fragment(7, 1000, 1, 3, 999),  // not the last: a whole chunk
+            fragment(7, 1000, 2, 3, 0),    // the last: not empty
+            fragment(7, 1000, 2, 3, 1001), // the last: at most a chunk
+            fragment(7, 1000, 3, 3, 1000), // past the count
+            fragment(7, 1000, 0, 1, 1000), // one fragment is no fragmented message
+            fragment(7, 1000, 0, 0, 1000), // no fragments
+            fragment(7, 40, 0, 3, 40),     // a chunk smaller than any sender uses
+        ];
+        for b in malformed {
+            assert_eq!(
+                f.check(&b).err(),
+                Some(DropReason::Malformed),
+                "{:?}",
+                &b[..8]
+            );
+        }
+        assert_eq!(
+            f.check(&[0u8; FRAG_HEADER - 1]).err(),
+            Some(DropReason::Truncated)
+        );
+        // Larger than the connection's largest message (1 MiB): refused at the first
+        // fragment when the chunks before the last already reach it, at the last otherwise.
+        assert_eq!(
+            f.check(&fragment(7, 1024, 0, 1025, 1024)).err(),
+            Some(DropReason::TooLarge)
+        );
+        assert!(f.check(&fragment(7, 1024, 1023, 1024, 1024)).is_ok());
+        assert_eq!(
+            f.check(&fragment(7, 1024, 1024, 1025, 1)).err(),
+            Some(DropReason::TooLarge)
+        );
     }
 }
