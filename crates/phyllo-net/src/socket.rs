@@ -502,7 +502,7 @@ impl SessionSocket {
     ///
     /// A peer given a socket of its own in this batch may have more datagrams queued on the
     /// listening socket, sent before its socket existed: older than anything that reaches the
-    /// new socket. They are taken now (up to [`DRAIN_AFTER_DEDICATING`] buffers), before the
+    /// new socket. They are taken now (up to 1024 buffers, a bound against a flood), before the
     /// driver serves the new socket, which would otherwise hand the endpoint the peer's later
     /// datagrams first — a burst sent right after the handshake would arrive reordered, and
     /// its sender would take the reordering for losses.
