@@ -95,12 +95,13 @@ impl Controller for Cubic {
 
     fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
         // A loss that ends slow start cuts from the window that overflowed the path.
-        let basis = self.slow_start.window_at(self.window, sent);
-        if !self.slow_start.enter_recovery(now, sent, persistent) {
+        let Some(basis) = self
+            .slow_start
+            .enter_recovery(now, sent, persistent, self.window)
+        else {
             return;
-        }
-        let cwnd = self.datagrams(basis.unwrap_or(self.window));
-
+        };
+        let cwnd = self.datagrams(basis);
         // Fast convergence (RFC 9438 §4.7): a flow whose maximum is falling releases
         // bandwidth to newcomers.
         self.w_max = if cwnd < self.w_max {

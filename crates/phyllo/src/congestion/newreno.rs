@@ -53,11 +53,13 @@ impl Controller for NewReno {
 
     fn on_congestion_event(&mut self, now: Time, sent: Time, persistent: bool, _lost: u64) {
         // A loss that ends slow start cuts from the window that overflowed the path.
-        let basis = self.slow_start.window_at(self.window, sent);
-        if !self.slow_start.enter_recovery(now, sent, persistent) {
+        let Some(basis) = self
+            .slow_start
+            .enter_recovery(now, sent, persistent, self.window)
+        else {
             return;
-        }
-        self.window = (basis.unwrap_or(self.window) / 2).max(minimum_window(self.mtu));
+        };
+        self.window = (basis / 2).max(minimum_window(self.mtu));
         self.slow_start.set_threshold(self.window);
         self.acked = 0;
         if persistent {

@@ -31,7 +31,7 @@ const CSS_ROUNDS: u32 = 5;
 /// growing by CUBIC's curve from there — tens of seconds to its share on a 50 ms path.
 const LOW_WINDOW: u64 = 16;
 /// Slow start notes the window each time it has grown by this fraction (an eighth), so the
-/// window in force when a datagram left is known to within it ([`SlowStart::window_at`]).
+/// window in force when a datagram left is known to within it ([`SlowStart::enter_recovery`]).
 const HISTORY_STEP_DIVISOR: u64 = 8;
 /// At most this many notes (an eighth at a time, 64 notes span a growth of 1.125^64 ≈ 1900
 /// times: from the initial window past any ceiling).
@@ -130,7 +130,7 @@ impl HyStart {
 /// the next round trip overflows the queue again — in the simulator (100 Mbit/s, 50 ms, a
 /// queue of one round trip) three recoveries in a row, the last leaving the window below the
 /// path's. The controllers cut from the window in force when the lost datagram left instead
-/// ([`SlowStart::window_at`]): the window that overflowed the path.
+/// ([`SlowStart::enter_recovery`]): the window that overflowed the path.
 #[derive(Clone, Debug)]
 pub(crate) struct SlowStart {
     ssthresh: u64,
@@ -200,7 +200,7 @@ impl SlowStart {
 
     /// In slow start, the window in force when a datagram sent at `sent` left (to within an
     /// eighth, never above), if slow start noted it; `None` outside slow start.
-    pub(crate) fn window_at(&self, window: u64, sent: Time) -> Option<u64> {
+    fn window_at(&self, window: u64, sent: Time) -> Option<u64> {
         if !self.active(window) {
             return None;
         }
@@ -208,17 +208,26 @@ impl SlowStart {
         i.checked_sub(1).map(|i| self.history[i].1.min(window))
     }
 
-    /// A loss of a datagram sent at `sent`, declared at `now`: `false` if it belongs to the
-    /// recovery period under way (and is not `persistent`), else a new period begins and the
-    /// caller cuts its window, then sets the threshold to it ([`Self::set_threshold`]).
-    pub(crate) fn enter_recovery(&mut self, now: Time, sent: Time, persistent: bool) -> bool {
+    /// A loss of a datagram sent at `sent`, declared at `now`, by a sender of `window`: `None`
+    /// if it belongs to the recovery period under way (and is not `persistent`), else a new
+    /// period begins and the caller cuts from the window returned — `window`, or in slow start
+    /// the window in force when the lost datagram left ([`SlowStart`]'s history) — then sets
+    /// the threshold to the result ([`Self::set_threshold`]).
+    pub(crate) fn enter_recovery(
+        &mut self,
+        now: Time,
+        sent: Time,
+        persistent: bool,
+        window: u64,
+    ) -> Option<u64> {
         if self.recovery_start.is_some_and(|r| sent <= r) && !persistent {
-            return false;
+            return None;
         }
+        let basis = self.window_at(window, sent).unwrap_or(window);
         self.recovery_start = Some(now);
         self.hystart.reset();
         self.history = VecDeque::new();
-        true
+        Some(basis)
     }
 
     /// Slow start ends at `window` (the window after a cut).
