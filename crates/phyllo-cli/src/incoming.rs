@@ -494,7 +494,7 @@ mod tests {
         d
     }
 
-    fn sha(b: &[u8]) -> [u8; 32] {
+    fn digest(b: &[u8]) -> [u8; 32] {
         *blake3::hash(b).as_bytes()
     }
 
@@ -527,7 +527,7 @@ mod tests {
             overwrite: false,
         };
         let tree = |name: &'static str, body: &[u8], hash| Offer {
-            id: sha(name.as_bytes())[..16].try_into().unwrap(),
+            id: digest(name.as_bytes())[..16].try_into().unwrap(),
             name,
             size: Some(body.len() as u64),
             hash,
@@ -540,12 +540,15 @@ mod tests {
             panic!("nothing there yet")
         };
         t.data(0, b"abc").unwrap();
-        assert_eq!(t.finish(3, sha(b"abc"), &store).unwrap(), "top/a/b/c.txt");
+        assert_eq!(
+            t.finish(3, digest(b"abc"), &store).unwrap(),
+            "top/a/b/c.txt"
+        );
         assert_eq!(std::fs::read(d.join("top/a/b/c.txt")).unwrap(), b"abc");
         // Offered again with its hash: held, nothing to send; with other bytes: refused.
-        let again = tree("top/a/b/c.txt", b"abc", Some(sha(b"abc")));
+        let again = tree("top/a/b/c.txt", b"abc", Some(digest(b"abc")));
         assert!(matches!(store.offer("p", &again), Ok(Taken::Held(n)) if n == "top/a/b/c.txt"));
-        let other = tree("top/a/b/c.txt", b"abd", Some(sha(b"abd")));
+        let other = tree("top/a/b/c.txt", b"abd", Some(digest(b"abd")));
         assert!(matches!(store.offer("p", &other), Err(Refusal::Exists(_))));
         // A symlink or a file where a directory would be is never walked through.
         let outside = dir("tree-outside");
@@ -565,7 +568,7 @@ mod tests {
         t.data(0, b"x").unwrap();
         std::os::unix::fs::symlink(&outside, d.join("top/late")).unwrap();
         assert!(matches!(
-            t.finish(1, sha(b"x"), &store),
+            t.finish(1, digest(b"x"), &store),
             Err(Refusal::NotADirectory(_))
         ));
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
@@ -611,7 +614,7 @@ mod tests {
             Err(Refusal::BeyondSize { .. })
         ));
         assert_eq!(
-            t.finish(body.len() as u64, sha(&body), &store).unwrap(),
+            t.finish(body.len() as u64, digest(&body), &store).unwrap(),
             "f"
         );
         assert_eq!(std::fs::read(d.join("f")).unwrap(), body);
@@ -652,7 +655,7 @@ mod tests {
         };
         let mut t = offer(&store, "p", [4; 16], "link", Some(3)).unwrap();
         t.data(0, b"new").unwrap();
-        t.finish(3, sha(b"new"), &store).unwrap();
+        t.finish(3, digest(b"new"), &store).unwrap();
         assert_eq!(std::fs::read(d.join("link")).unwrap(), b"new");
         assert!(!outside.exists());
         assert_eq!(std::fs::read(d.join("taken")).unwrap(), b"old");
@@ -668,19 +671,19 @@ mod tests {
         let mut t = offer(&store, "p", [5; 16], "h", None).unwrap();
         t.data(0, b"abc").unwrap();
         assert!(matches!(
-            t.finish(3, sha(b"abd"), &store),
+            t.finish(3, digest(b"abd"), &store),
             Err(Refusal::Hash)
         ));
         let mut t = offer(&store, "p", [6; 16], "s", Some(4)).unwrap();
         t.data(0, b"abc").unwrap();
         assert!(matches!(
-            t.finish(3, sha(b"abc"), &store),
+            t.finish(3, digest(b"abc"), &store),
             Err(Refusal::Size { .. })
         ));
         assert!(!d.join("h").exists() && !d.join("s").exists());
         // An empty transfer is an empty file.
         let t = offer(&store, "p", [7; 16], "empty", Some(0)).unwrap();
-        t.finish(0, sha(b""), &store).unwrap();
+        t.finish(0, digest(b""), &store).unwrap();
         assert_eq!(std::fs::read(d.join("empty")).unwrap(), b"");
     }
 

@@ -40,8 +40,9 @@
 //! connection had sent was acknowledged, [`Connection::all_acknowledged`]), so a message is
 //! either known delivered or returned, never silently lost. (A returned message may have
 //! arrived all the same — its acknowledgement was lost — so an application that sends
-//! returned messages again gets at-least-once across sessions.) Messages sent while a session is being replaced wait and go
-//! into the new one, after the old one's are confirmed, so order between sessions holds.
+//! returned messages again gets at-least-once across sessions.) Messages sent while a session
+//! is being replaced wait and go into the new one, after the old one's are confirmed, so order
+//! between sessions holds.
 //! The copies kept for this are bounded by [`retain_limit`](SessionConfig::retain_limit):
 //! beyond it `send` says `WouldBlock` until the session confirms.
 //!

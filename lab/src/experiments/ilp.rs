@@ -3,8 +3,8 @@
 //!
 //! In-process (`crate::ilp`): a reply of each size is marshalled, encrypted (the seed's toy
 //! cipher, ChaCha20, or none), checksummed and copied into a packet, and received back, by
-//! each execution. Rounds (an odd number) interleave every variant and memcpy of the same size; each
-//! time is the median over rounds, and each ratio the median of the rounds' ratios
+//! each execution. Rounds (an odd number) interleave every variant and memcpy of the same
+//! size; each time is the median over rounds, and each ratio the median of the rounds' ratios
 //! ([`crate::stats`]), so a ratio compares measurements taken side by side.
 
 use crate::ilp::xdr::Reply;
