@@ -4,13 +4,13 @@
 //! end. How it ends is in its exit status ([`Failure`]).
 
 use crate::app_protocol;
+use crate::outgoing::{Outgoing, Source};
 use crate::transfer::{data_header, Message, TransferId, DATA_HEADER, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::endpoint::{Event, PeerId, SessionSendError};
 use phyllo::PublicKey;
 use phyllo_net::SessionSocket;
 use std::collections::VecDeque;
-use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -450,18 +450,6 @@ fn ping(
     ))
 }
 
-/// What a transfer sends.
-enum Source {
-    /// A file: resumable from any offset the server names, by reading it there again.
-    File {
-        file: std::fs::File,
-        meta: std::fs::Metadata,
-    },
-    /// Standard input (or generated data): read once, so only what an ended session handed
-    /// back can be sent again.
-    Stream(Box<dyn Read>),
-}
-
 /// A file's transfer id: its name, size, modification time and inode, so the same file
 /// offered again (by this process after a session ended, or by a new one) is the same
 /// transfer, and a changed file a new one.
@@ -476,24 +464,6 @@ fn file_id(name: &str, meta: &std::fs::Metadata) -> TransferId {
     h.finalize().as_bytes()[..16]
         .try_into()
         .expect("16 of 32 bytes")
-}
-
-/// The sender's running BLAKE3 of the bytes it has read from the start.
-struct Hashed {
-    hash: blake3::Hasher,
-    /// Bytes hashed, from the start.
-    upto: u64,
-}
-
-impl Hashed {
-    /// Take `bytes` at `offset` into the hash where they extend it.
-    fn update(&mut self, offset: u64, bytes: &[u8]) {
-        let end = offset + bytes.len() as u64;
-        if offset <= self.upto && end > self.upto {
-            self.hash.update(&bytes[(self.upto - offset) as usize..]);
-            self.upto = end;
-        }
-    }
 }
 
 /// Bytes of a single file sent before the server's answer to its offer ([`transfer`]): more
@@ -511,29 +481,20 @@ enum Step {
     Ended,
 }
 
-/// Read the next message of data from `source` at `offset` into a session message, hash it,
-/// and send it (pumping while the session has no room); `offset` moves past what was read.
-fn send_next(
-    c: &mut Client,
-    source: &mut Source,
-    offset: &mut u64,
-    hashed: &mut Hashed,
-    size: usize,
-) -> Result<Step> {
+/// Take the next message of data from `out` at `offset` into a session message and send it
+/// (pumping while the session has no room); `offset` moves past what was taken.
+fn send_next(c: &mut Client, out: &mut Outgoing, offset: &mut u64, size: usize) -> Result<Step> {
     let mut m = c.node.endpoint_mut().alloc();
     let room = &mut m.tail_room(size)[..size];
     room[..DATA_HEADER].copy_from_slice(&data_header(*offset));
-    let n = match source {
-        Source::File { file, .. } => app_protocol::read_full(file, &mut room[DATA_HEADER..]),
-        Source::Stream(r) => app_protocol::read_full(r, &mut room[DATA_HEADER..]),
-    }
-    .context("reading the input")?;
+    let n = out
+        .take(&mut room[DATA_HEADER..])
+        .context("reading the input")?;
     if n == 0 {
         c.node.endpoint_mut().recycle(m);
         return Ok(Step::End);
     }
     m.commit_tail(DATA_HEADER + n);
-    hashed.update(*offset, &m.data()[DATA_HEADER..]);
     loop {
         if c.ended {
             // Kept for a stream (a file is read again from what the server holds).
@@ -741,7 +702,7 @@ fn walk(
 /// verdict. With `deadline` the data ends then (throughput).
 fn transfer(
     c: &mut Client,
-    mut source: Source,
+    source: Source,
     offer: Offering<'_>,
     size: usize,
     stop: &std::sync::atomic::AtomicBool,
@@ -752,10 +713,7 @@ fn transfer(
         Source::File { meta, .. } => (file_id(name, meta), Some(meta.len())),
         Source::Stream(_) => (rand::random(), None),
     };
-    let mut hashed = Hashed {
-        hash: blake3::Hasher::new(),
-        upto: 0,
-    };
+    let mut out = Outgoing::new(source);
     // The next byte to read and send, and whether the source has ended.
     let (mut offset, mut eof) = (0u64, false);
     // What the server held at the last offer: where the transfer went on from.
@@ -792,10 +750,10 @@ fn transfer(
         // or drops them with it (a refusal). Not a file in a directory, whose offer may find
         // it held already (nothing should move), nor standard input, which cannot be read
         // again.
-        let early = matches!(source, Source::File { .. }) && !offer.tree && offset == 0;
+        let early = matches!(out.source(), Source::File { .. }) && !offer.tree && offset == 0;
         if early {
             while !eof && offset < EARLY_BYTES {
-                match send_next(c, &mut source, &mut offset, &mut hashed, size)? {
+                match send_next(c, &mut out, &mut offset, size)? {
                     Step::Sent => {}
                     Step::End => eof = true,
                     Step::Ended => continue 'session,
@@ -825,34 +783,26 @@ fn transfer(
         c.started = true;
         resumed_from = have;
         // Go on from `have`.
-        match &mut source {
-            Source::File { file, meta } => {
-                if have > meta.len() {
-                    bail!(
-                        "the server holds {have} bytes of a {}-byte file",
-                        meta.len()
-                    );
+        let file_len = match out.source() {
+            Source::File { meta, .. } => Some(meta.len()),
+            Source::Stream(_) => None,
+        };
+        match file_len {
+            Some(len) => {
+                if have > len {
+                    bail!("the server holds {have} bytes of a {len}-byte file");
                 }
                 // The bytes sent before the answer, in this session, reach the server after
-                // the offer: if they extend what it holds, go on after them.
+                // the offer: if they extend what it holds, go on after them. Otherwise go on
+                // from `have` (a new process resuming hashes the bytes before it first).
                 if !(early && have <= offset) {
-                    if have > hashed.upto {
-                        // Resumed by a new process: the bytes the server holds are hashed here
-                        // too.
-                        file.seek(SeekFrom::Start(hashed.upto))?;
-                        let mut prefix = file.take(have - hashed.upto);
-                        let n = std::io::copy(&mut prefix, &mut hashed.hash)
-                            .context("reading the file")?;
-                        hashed.upto += n;
-                    }
-                    file.seek(SeekFrom::Start(have))
-                        .context("reading the file")?;
+                    out.seek(have).context("reading the file")?;
                     offset = have;
                     eof = false;
                 }
                 c.handed_back.clear();
             }
-            Source::Stream(_) => {
+            None => {
                 // Only what the ended session handed back can be sent again.
                 let back: Vec<Vec<u8>> = c.handed_back.drain(..).collect();
                 let mut at = have;
@@ -894,13 +844,13 @@ fn transfer(
                 eof = true;
                 break;
             }
-            match send_next(c, &mut source, &mut offset, &mut hashed, size)? {
+            match send_next(c, &mut out, &mut offset, size)? {
                 Step::Sent => bar.set_position(offset),
                 Step::End => eof = true,
                 Step::Ended => continue 'session,
             }
         }
-        let hash: [u8; 32] = *hashed.hash.finalize().as_bytes();
+        let hash: [u8; 32] = out.digest();
         let finish = Message::Finish { size: offset, hash };
         if !c.send(&finish.encode())? {
             continue 'session;

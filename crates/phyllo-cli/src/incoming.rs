@@ -16,6 +16,7 @@
 //! write removes the partial file (it may be what filled the disk). Without an output
 //! directory the server only counts and checks.
 
+use crate::app_protocol::RunHash;
 use crate::transfer::{check_name, check_path, Offer, TransferId, PARTIAL_PREFIX};
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
@@ -124,7 +125,7 @@ pub struct Incoming {
     /// Bytes held, in a row from the start.
     have: u64,
     /// BLAKE3 of those bytes.
-    hash: blake3::Hasher,
+    hash: RunHash,
     /// The partial file, with an output directory.
     partial: Option<Partial>,
     /// Data not yet written to the partial file (written in runs of this much).
@@ -182,7 +183,7 @@ impl Store {
             name,
             size,
             have: 0,
-            hash: blake3::Hasher::new(),
+            hash: RunHash::default(),
             partial: None,
             pending: Vec::new(),
         };

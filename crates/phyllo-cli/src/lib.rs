@@ -10,6 +10,7 @@ pub mod connect;
 pub mod incoming;
 pub mod keys;
 pub mod log;
+pub mod outgoing;
 pub mod relay;
 pub mod serve;
 pub mod transfer;
