@@ -1470,7 +1470,11 @@ impl<const O: bool> Layer for Window<O> {
                     }
                 }
                 if self.ack_now() {
-                    self.send_ack(f, cx);
+                    // Due now, sent by the timer the driver runs once it has handed over
+                    // the datagrams it received together: one acknowledgement covers a
+                    // whole receive batch (as TCP acknowledges a GRO batch once), and a
+                    // reply sent in the same turn carries it instead.
+                    self.ack_at = Some(now);
                 }
             }
             Handoff::Absorbed(m) => {
