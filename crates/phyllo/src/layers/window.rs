@@ -45,9 +45,12 @@
 //! **Receiver memory is bounded**: messages above a gap wait in a buffer of at most the
 //! ceiling in bytes (beyond it they are dropped, counted `OutOfWindow`); the peak is recorded
 //! as the event `rcv.buffered_peak`. Under a controller the receiver acknowledges every second
-//! message at once (the seed's window: half a window), any gap or duplicate at once, and
-//! otherwise within `ack_delay` unless data going the other way carries the acknowledgement
-//! first.
+//! message (the seed's window: half a window) when the layer's timer next runs, which is at
+//! once: a driver runs timers after handing over what one receive brought, so one
+//! acknowledgement covers a whole receive batch, as TCP acknowledges a GRO batch once, and a
+//! reply sent in the same turn carries it instead. A gap or duplicate is acknowledged at
+//! once, and anything else within `ack_delay` unless data going the other way carries the
+//! acknowledgement first.
 //!
 //! **The path's datagram size** ([`crate::plpmtu`]): under a controller the layer searches
 //! for the largest datagram the path carries, from 1200 bytes up to
