@@ -250,6 +250,13 @@ impl Msg {
         self.end = self.buf.len();
     }
 
+    /// Make room for at least `n` more bytes after the content without writing them, so that
+    /// appends up to that much neither move the buffer nor zero it first.
+    pub fn reserve(&mut self, n: usize) {
+        self.buf
+            .reserve((self.end + n).saturating_sub(self.buf.len()));
+    }
+
     /// Append `n` zeroed bytes and return them.
     pub fn push_back(&mut self, n: usize) -> &mut [u8] {
         let from = self.end;

@@ -285,11 +285,12 @@ impl<const O: bool> Layer for Frag<O> {
                     cx.count_drop(DropReason::Evicted);
                 }
                 let mut buf = cx.alloc();
-                // The header area written in front; the body's bytes are copied in as the
-                // fragments come, into room for whole chunks (the last may be shorter: the
-                // message is cut to its length when it is complete).
+                // The header area written in front, room reserved for whole chunks; the
+                // body's bytes are appended as the fragments come in order, and only a
+                // fragment ahead of a gap zero-fills the gap to land at its place (so a
+                // message that arrives in order is never written twice).
                 buf.prepend(&m.data()[..hl]);
-                buf.push_back(count * chunk);
+                buf.reserve(count * chunk);
                 self.slots.push(Slot {
                     id,
                     chunk,
@@ -317,8 +318,16 @@ impl<const O: bool> Layer for Frag<O> {
         if index + 1 == count {
             slot.total = Some(off + data.len());
         }
-        slot.msg.data_mut()[hl + off..hl + off + data.len()].copy_from_slice(data);
-        crate::msg::count_copy(data.len());
+        let held = slot.msg.len() - hl;
+        if off == held {
+            slot.msg.extend_from_slice(data);
+        } else {
+            if off + data.len() > held {
+                slot.msg.push_back(off + data.len() - held);
+            }
+            slot.msg.data_mut()[hl + off..hl + off + data.len()].copy_from_slice(data);
+            crate::msg::count_copy(data.len());
+        }
         cx.free(m);
         if slot.missing == 0 {
             let s = self.slots.swap_remove(idx);
