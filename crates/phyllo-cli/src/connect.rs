@@ -485,16 +485,15 @@ enum Step {
 /// (pumping while the session has no room); `offset` moves past what was taken.
 fn send_next(c: &mut Client, out: &mut Outgoing, offset: &mut u64, size: usize) -> Result<Step> {
     let mut m = c.node.endpoint_mut().alloc();
-    let room = &mut m.tail_room(size)[..size];
-    room[..DATA_HEADER].copy_from_slice(&data_header(*offset));
+    m.reserve(size);
+    m.extend_from_slice(&data_header(*offset));
     let n = out
-        .take(&mut room[DATA_HEADER..])
+        .take(size - DATA_HEADER, |bytes| m.extend_from_slice(bytes))
         .context("reading the input")?;
     if n == 0 {
         c.node.endpoint_mut().recycle(m);
         return Ok(Step::End);
     }
-    m.commit_tail(DATA_HEADER + n);
     loop {
         if c.ended {
             // Kept for a stream (a file is read again from what the server holds).
@@ -713,7 +712,7 @@ fn transfer(
         Source::File { meta, .. } => (file_id(name, meta), Some(meta.len())),
         Source::Stream(_) => (rand::random(), None),
     };
-    let mut out = Outgoing::new(source);
+    let mut out = Outgoing::new(source, std::env::var_os("PHYLLO_HASH_THREAD").is_some());
     // The next byte to read and send, and whether the source has ended.
     let (mut offset, mut eof) = (0u64, false);
     // What the server held at the last offer: where the transfer went on from.
@@ -850,7 +849,7 @@ fn transfer(
                 Step::Ended => continue 'session,
             }
         }
-        let hash: [u8; 32] = out.digest();
+        let hash: [u8; 32] = out.digest().context("hashing the input")?;
         let finish = Message::Finish { size: offset, hash };
         if !c.send(&finish.encode())? {
             continue 'session;
