@@ -61,7 +61,7 @@ impl Outgoing {
     pub fn new(source: Source, hash_thread: bool) -> Outgoing {
         let hash = match hash_thread.then(HashThread::start) {
             Some(Ok(t)) => Hashing::Thread(t),
-            _ => Hashing::Here(blake3::Hasher::new()),
+            _ => Hashing::Here(Box::default()),
         };
         Outgoing {
             source,
@@ -181,7 +181,7 @@ impl Outgoing {
 /// Where the hash is computed.
 enum Hashing {
     /// On the thread that reads.
-    Here(blake3::Hasher),
+    Here(Box<blake3::Hasher>),
     /// On a thread of its own.
     Thread(HashThread),
 }
