@@ -144,12 +144,14 @@ impl App<'_> {
                     // resumes it in its next session, which may be on another worker (its
                     // address changed), and that one may take the file only once this one
                     // has let it go.
-                    if let Some(t) = self.peers.get_mut(&peer).and_then(|st| st.transfer.take()) {
-                        let name = t.name().to_owned();
-                        if let Err(r) = t.suspend() {
-                            tracing::warn!(peer = %fp, name, "transfer failed: {r}");
+                    if let Some(mut t) = self.peers.get_mut(&peer).and_then(|st| st.transfer.take())
+                    {
+                        if let Err(r) = t.flush() {
+                            tracing::warn!(peer = %fp, name = t.name(), "transfer failed: {r}");
+                            t.abandon();
                             self.peers.remove(&peer);
                         }
+                        // Dropped here: the partial file is closed and let go.
                     }
                 }
             }
