@@ -100,7 +100,10 @@ fn the_report_renders_from_fixed_results_with_goals_links_and_plots() {
             "{figure} is not in the summary"
         );
         assert!(
-            matches!(goal["direction"].as_str(), Some("at_least" | "at_most")),
+            matches!(
+                goal["direction"].as_str(),
+                Some("at_least" | "at_most" | "reported")
+            ),
             "{figure}: {goal}"
         );
         assert!(goal["target"].is_number(), "{figure}: {goal}");

@@ -133,6 +133,12 @@ pub struct ConnectArgs {
     /// Print the results on stdout as one JSON object (the same keys as --quiet).
     #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
+    /// The local address to send from (default: any address, a port the system picks). A
+    /// move to a new port after an unanswered handshake keeps this address. A server with
+    /// `--workers` steers clients to workers by address: on one machine, 127.0.0.2:0 and
+    /// 127.0.0.3:0 reach different workers of a server on 127.0.0.1.
+    #[arg(long)]
+    pub bind: Option<String>,
 }
 
 struct Client {
@@ -282,10 +288,10 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     let key = phyllo_net::keys::read_private(&args.key)?;
     let server_key = phyllo_net::keys::read_public(&args.server_key)?;
     let server = app_protocol::parse_addr(&args.addr)?;
-    let bind: SocketAddr = if server.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
+    let bind: SocketAddr = match &args.bind {
+        Some(b) => app_protocol::parse_addr(b).context("--bind")?,
+        None if server.is_ipv4() => "0.0.0.0:0".parse()?,
+        None => "[::]:0".parse()?,
     };
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
         bail!(

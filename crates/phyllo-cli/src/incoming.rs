@@ -19,11 +19,13 @@
 use crate::transfer::{check_name, check_path, Offer, TransferId, PARTIAL_PREFIX};
 use rustix::fs::{AtFlags, Mode, OFlags, CWD};
 use rustix::io::Errno;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 /// Why a transfer ended without a file; the text goes to the sender.
@@ -51,6 +53,12 @@ pub enum Refusal {
         /// Free bytes in the output directory.
         free: u64,
     },
+    /// The transfer's partial file is being received in another session of this server: a
+    /// peer whose address changed reached another worker (`serve --workers`) while its
+    /// earlier session still holds the transfer. Two writers must never share a partial
+    /// file; the earlier session lets it go when it ends.
+    #[error("{0:?} is being received in another session; try again when it has ended")]
+    Busy(String),
     /// Data with no transfer offered in this session.
     #[error("data without an offered transfer")]
     NoTransfer,
@@ -114,6 +122,27 @@ struct Partial {
     file: File,
     /// Where the kernel was last asked to start writing the file out ([`WRITEBACK_RUN`]).
     written_back: u64,
+    /// The partial file held for this transfer alone, let go when this is dropped (after
+    /// the file, which is declared first and so closed first).
+    _claim: Claim,
+}
+
+/// The partial files being received in this process, by every session of every worker: one
+/// set behind a lock, shared by every clone of a [`Store`].
+type Receiving = Arc<Mutex<HashSet<PathBuf>>>;
+
+/// One partial file held by one transfer; dropping it lets the file go.
+struct Claim {
+    path: PathBuf,
+    receiving: Receiving,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // A lock poisoned by a panic elsewhere still holds a valid set of paths.
+        let mut held = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(&self.path);
+    }
 }
 
 /// One transfer the server is receiving.
@@ -148,13 +177,21 @@ const WRITE_RUN: usize = 1 << 20;
 /// at 100 Mbit/s. With it the final `fsync` finds at most this much.
 const WRITEBACK_RUN: u64 = 8 << 20;
 
-/// Options of the receiving side.
+/// Options of the receiving side, and the partial files it is receiving into.
+///
+/// Clones share the set of partial files being received: a server whose workers
+/// (`serve --workers`) each take offers gives each a clone, and an offer for a partial file
+/// that another worker's session holds is refused ([`Refusal::Busy`]) rather than written
+/// by two. A peer keeps to one worker while its address does (the workers are steered by
+/// source address); this guards the peer whose address changed mid-transfer.
 #[derive(Clone, Debug, Default)]
 pub struct Store {
     /// The output directory (`None`: count and check, keep nothing).
     pub dir: Option<PathBuf>,
     /// Replace a file of the same name.
     pub overwrite: bool,
+    /// The partial files held by transfers under way (shared by clones).
+    receiving: Receiving,
 }
 
 /// How the server takes an offer.
@@ -167,9 +204,32 @@ pub enum Taken {
 }
 
 impl Store {
+    /// A store writing into `dir` (`None`: count and check, keep nothing), replacing a file
+    /// of the same name when `overwrite` says so.
+    pub fn new(dir: Option<PathBuf>, overwrite: bool) -> Store {
+        Store {
+            dir,
+            overwrite,
+            receiving: Receiving::default(),
+        }
+    }
+
+    /// Hold `path` for one transfer, unless another holds it.
+    fn claim(&self, path: &Path, name: &str) -> Result<Claim, Refusal> {
+        let mut held = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.insert(path.to_path_buf()) {
+            return Err(Refusal::Busy(name.to_owned()));
+        }
+        Ok(Claim {
+            path: path.to_path_buf(),
+            receiving: self.receiving.clone(),
+        })
+    }
+
     /// Take the offer `o` from the peer whose key is `peer` (hexadecimal): a new partial
     /// file, or the one a transfer of the same id and peer left (resumed from its length);
-    /// or, when the name already holds the offered bytes, nothing to receive.
+    /// or, when the name already holds the offered bytes, nothing to receive. A partial file
+    /// another transfer holds open (another worker's session) is [`Refusal::Busy`].
     pub fn offer(&self, peer: &str, o: &Offer<'_>) -> Result<Taken, Refusal> {
         let checked = if o.tree {
             check_path(o.name)
@@ -199,6 +259,8 @@ impl Store {
             return Ok(held);
         }
         let path = dir.join(partial_name(peer, &o.id));
+        // Held before it is opened: nobody else writes it while this transfer runs.
+        let claim = self.claim(&path, &t.name)?;
         let mut file = match OpenOptions::new()
             .read(true)
             .write(true)
@@ -242,6 +304,7 @@ impl Store {
             path,
             file,
             written_back: t.have,
+            _claim: claim,
         });
         Ok(Taken::Receive(Box::new(t)))
     }
@@ -484,7 +547,8 @@ impl Incoming {
     }
 
     /// Stop receiving but keep the partial file, for the sender to resume (its session
-    /// ended, another transfer was offered, the server stops). Pending data is written.
+    /// ended, another transfer was offered, the server stops). Pending data is written, and
+    /// the partial file is let go for another session to take.
     pub fn suspend(mut self) -> Result<(), Refusal> {
         self.flush()
     }
@@ -529,10 +593,7 @@ mod tests {
     #[test]
     fn files_of_a_directory_land_under_their_paths_and_never_through_a_symlink() {
         let d = dir("tree");
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: false,
-        };
+        let store = Store::new(Some(d.clone()), false);
         let tree = |name: &'static str, body: &[u8], hash| Offer {
             id: digest(name.as_bytes())[..16].try_into().unwrap(),
             name,
@@ -592,10 +653,7 @@ mod tests {
     #[test]
     fn a_transfer_resumes_from_its_partial_file_and_lands_whole() {
         let d = dir("resume");
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: false,
-        };
+        let store = Store::new(Some(d.clone()), false);
         let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
         let mut t = offer(&store, "peer", [1; 16], "f", Some(body.len() as u64)).unwrap();
         t.data(0, &body[..1_000_000]).unwrap();
@@ -632,10 +690,7 @@ mod tests {
     #[test]
     fn an_existing_name_or_a_symlink_is_never_replaced_without_overwrite() {
         let d = dir("exists");
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: false,
-        };
+        let store = Store::new(Some(d.clone()), false);
         std::fs::write(d.join("taken"), b"old").unwrap();
         assert!(matches!(
             offer(&store, "p", [2; 16], "taken", Some(3)),
@@ -656,10 +711,7 @@ mod tests {
         ));
         assert!(!outside.exists());
         // With --overwrite the name is replaced, the symlink itself and not its target.
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: true,
-        };
+        let store = Store::new(Some(d.clone()), true);
         let mut t = offer(&store, "p", [4; 16], "link", Some(3)).unwrap();
         t.data(0, b"new").unwrap();
         t.finish(3, digest(b"new"), &store).unwrap();
@@ -671,10 +723,7 @@ mod tests {
     #[test]
     fn a_wrong_hash_or_size_leaves_no_file() {
         let d = dir("hash");
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: false,
-        };
+        let store = Store::new(Some(d.clone()), false);
         let mut t = offer(&store, "p", [5; 16], "h", None).unwrap();
         t.data(0, b"abc").unwrap();
         assert!(matches!(
@@ -695,12 +744,47 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_file_held_in_another_session_is_refused_until_it_is_let_go() {
+        let d = dir("busy");
+        // Two workers' clones of one store, as `serve --workers 2` makes them.
+        let first = Store::new(Some(d.clone()), false);
+        let second = first.clone();
+        let body = b"0123456789";
+        let mut t = offer(&first, "p", [9; 16], "b", Some(10)).unwrap();
+        t.data(0, &body[..4]).unwrap();
+        let busy = offer(&second, "p", [9; 16], "b", Some(10));
+        assert!(matches!(&busy, Err(Refusal::Busy(n)) if n == "b"));
+        let said = busy.err().map(|r| r.to_string()).unwrap_or_default();
+        assert!(said.contains("another session"), "{said}");
+        // Another transfer of the same peer, or the same id from another peer, is not held.
+        drop(offer(&second, "p", [10; 16], "c", Some(1)).unwrap());
+        drop(offer(&second, "q", [9; 16], "b", Some(10)).unwrap());
+        // Suspended: the other worker resumes it from what was written.
+        t.suspend().unwrap();
+        let mut t = offer(&second, "p", [9; 16], "b", Some(10)).unwrap();
+        assert_eq!(t.have(), 4);
+        assert!(matches!(
+            offer(&first, "p", [9; 16], "b", Some(10)),
+            Err(Refusal::Busy(_))
+        ));
+        t.data(4, &body[4..]).unwrap();
+        t.finish(10, digest(body), &second).unwrap();
+        assert_eq!(std::fs::read(d.join("b")).unwrap(), body);
+        // Finished and let go: offered again, the name holds the file.
+        assert!(matches!(
+            offer(&first, "p", [9; 16], "b", Some(10)),
+            Err(Refusal::Exists(_))
+        ));
+        // Abandoned: let go as well.
+        let mut t = offer(&first, "p", [11; 16], "e", None).unwrap();
+        t.abandon();
+        drop(offer(&second, "p", [11; 16], "e", None).unwrap());
+    }
+
+    #[test]
     fn names_with_paths_are_refused_before_anything_is_created() {
         let d = dir("names");
-        let store = Store {
-            dir: Some(d.clone()),
-            overwrite: false,
-        };
+        let store = Store::new(Some(d.clone()), false);
         for bad in ["../x", "a/b", "", "..", "a\0b", ".phyllo-part-1"] {
             assert!(matches!(
                 offer(&store, "p", [8; 16], bad, Some(1)),

@@ -21,8 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Top {
+    // Boxed: the subcommands' options are large beside `completions` and `man`.
     #[command(flatten)]
-    Run(phyllo_cli::Command),
+    Run(Box<phyllo_cli::Command>),
     /// Print shell completions for `phyllo` (e.g. `phyllo completions bash >
     /// /etc/bash_completion.d/phyllo`).
     Completions {
@@ -39,7 +40,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     phyllo_cli::log::init(cli.verbose, cli.log_json);
     let result = match cli.cmd {
-        Top::Run(cmd) => phyllo_cli::run(cmd),
+        Top::Run(cmd) => phyllo_cli::run(*cmd),
         Top::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "phyllo", &mut std::io::stdout());
             Ok(())

@@ -1,5 +1,14 @@
-//! `phyllo serve`: many sessions on one UDP socket — echo for pings, sink for data, and with
+//! `phyllo serve`: many sessions on one UDP port — echo for pings, sink for data, and with
 //! `--out DIR` each stream written to a file; per-session statistics when it stops (Ctrl-C).
+//!
+//! With `--workers N` the sessions are spread over N threads, each a whole server of its own
+//! (its socket, endpoint, receive engine and peers) on the shared port: the kernel steers
+//! each datagram to a worker by its source address
+//! ([`SessionSocket::bind_dedicating_workers`]), so a client stays on one worker while its
+//! address does, whatever its port. The workers share only the port, the output directory
+//! (with the set of partial files being received, so two never write one:
+//! [`crate::incoming::Store`]), the stop flag and the count of ended transfers
+//! (`--transfers`).
 
 use crate::app_protocol::{self, Fingerprint};
 use crate::incoming::{Incoming, Refusal, Store, Taken};
@@ -10,6 +19,7 @@ use phyllo_net::{EngineConfig, SessionSocket};
 use std::collections::{HashMap, VecDeque};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// `phyllo serve` options.
@@ -69,6 +79,17 @@ pub struct ServeArgs {
     /// dedicated sockets share the listening socket.
     #[arg(long, default_value_t = EngineConfig::default().listen_share)]
     pub listen_share: f64,
+    /// Worker threads, each serving its share of the sessions with a socket, session
+    /// endpoint and receive engine of its own on the same port. The kernel steers each
+    /// datagram to a worker by its source address (the port spreads it over that worker's
+    /// listening sockets), so a client stays on its worker when its port changes; a client
+    /// whose address changes starts a new session on another worker, and all clients
+    /// behind one address (a NAT) share a worker. The workers share the output directory and
+    /// --transfers' count. More workers than cores gain nothing. Needs the receive engine
+    /// (not with --no-engine or --busy-poll).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64),
+          conflicts_with_all = ["no_engine", "busy_poll"])]
+    pub workers: u64,
 }
 
 /// What the server holds for one peer.
@@ -89,7 +110,8 @@ struct App<'a> {
     args: &'a ServeArgs,
     store: Store,
     peers: HashMap<PeerId, Peer>,
-    ended_transfers: u64,
+    /// Transfers ended, stored or refused, by every worker.
+    ended_transfers: &'a AtomicU64,
 }
 
 impl App<'_> {
@@ -118,18 +140,18 @@ impl App<'_> {
                         unconfirmed = unconfirmed.len(),
                         "session ended"
                     );
-                    // What it sent so far goes to its partial file; the transfer stays, for
-                    // the peer to resume in its next session.
-                    if let Some(t) = self
-                        .peers
-                        .get_mut(&peer)
-                        .and_then(|st| st.transfer.as_mut())
+                    // What it sent so far goes to its partial file, which is let go: the peer
+                    // resumes it in its next session, which may be on another worker (its
+                    // address changed), and that one may take the file only once this one
+                    // has let it go.
+                    if let Some(mut t) = self.peers.get_mut(&peer).and_then(|st| st.transfer.take())
                     {
                         if let Err(r) = t.flush() {
                             tracing::warn!(peer = %fp, name = t.name(), "transfer failed: {r}");
                             t.abandon();
                             self.peers.remove(&peer);
                         }
+                        // Dropped here: the partial file is closed and let go.
                     }
                 }
             }
@@ -165,7 +187,7 @@ impl App<'_> {
                     break;
                 }
                 let store = &self.store;
-                let ended = &mut self.ended_transfers;
+                let ended = self.ended_transfers;
                 let got = node
                     .endpoint_mut()
                     .poll_delivery_with(p, |m| answer(st, store, key, m, ended));
@@ -179,9 +201,10 @@ impl App<'_> {
         Ok(())
     }
 
-    /// Whether `--transfers N` transfers have ended.
+    /// Whether `--transfers N` transfers have ended (on every worker together).
     fn done(&self) -> bool {
-        self.args.transfers > 0 && self.ended_transfers >= self.args.transfers
+        self.args.transfers > 0
+            && self.ended_transfers.load(Ordering::Relaxed) >= self.args.transfers
     }
 }
 
@@ -191,8 +214,11 @@ fn answer(
     store: &Store,
     key: PublicKey,
     m: &[u8],
-    ended: &mut u64,
+    ended: &AtomicU64,
 ) -> Option<Vec<u8>> {
+    let end = || {
+        ended.fetch_add(1, Ordering::Relaxed);
+    };
     let fp = Fingerprint(key);
     let fail = |st: &mut Peer, reason: String| {
         st.refused = true;
@@ -203,7 +229,7 @@ fn answer(
         Ok(Message::Offer(offer)) => {
             st.refused = false;
             match st.transfer.take() {
-                // The same transfer offered again (its sender's session ended and came back).
+                // The same transfer offered again in this session.
                 Some(t) if t.id() == offer.id => {
                     let have = t.have();
                     st.transfer = Some(t);
@@ -233,12 +259,12 @@ fn answer(
                 }
                 Ok(Taken::Held(stored)) => {
                     tracing::info!(peer = %fp, name, "already held with the same bytes");
-                    *ended += 1;
+                    end();
                     Some(Message::Done { name: &stored }.encode())
                 }
                 Err(r) => {
                     tracing::warn!(peer = %fp, name, "refused: {r}");
-                    *ended += 1;
+                    end();
                     fail(st, r.to_string())
                 }
             }
@@ -255,7 +281,7 @@ fn answer(
                     tracing::warn!(peer = %fp, name = t.name(), "transfer failed: {r}");
                     t.abandon();
                     st.transfer = None;
-                    *ended += 1;
+                    end();
                     fail(st, r.to_string())
                 }
             }
@@ -270,7 +296,7 @@ fn answer(
                 });
             };
             let name = t.name().to_owned();
-            *ended += 1;
+            end();
             match t.finish(size, hash, store) {
                 Ok(stored) => {
                     tracing::info!(
@@ -342,55 +368,160 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
     }
     let addr = app_protocol::parse_addr(&args.listen)?;
     let engine = !(args.no_engine || args.busy_poll || beside.is_some());
-    let mut node = if engine {
+    let workers = usize::try_from(args.workers).unwrap_or(usize::MAX);
+    if workers > 1 && !engine {
+        bail!("--workers {workers} needs the receive engine (not --no-engine or --busy-poll)");
+    }
+    let mut nodes = if engine {
         // Established peers get sockets of their own, which the engine serves in turn with
-        // the listening one: a flood of junk or handshakes fills only the latter.
-        SessionSocket::bind_dedicating(addr, key, allowed, &args.stack, args.accel)?
+        // the listening ones: a flood of junk or handshakes fills only the latter. With more
+        // than one worker, every worker's sockets share the port, steered by source address.
+        SessionSocket::bind_dedicating_workers(
+            addr,
+            key,
+            allowed,
+            &args.stack,
+            args.accel,
+            workers,
+        )?
     } else {
-        SessionSocket::bind(addr, key, allowed, &args.stack, args.accel)?
+        vec![SessionSocket::bind(
+            addr,
+            key,
+            allowed,
+            &args.stack,
+            args.accel,
+        )?]
     };
-    node.set_busy_poll(args.busy_poll);
+    for node in &mut nodes {
+        node.set_busy_poll(args.busy_poll);
+    }
     if let Some(dir) = &args.out {
         check_out(dir)?;
     }
     let stop = app_protocol::interrupted()?;
+    let local = nodes[0].local_addr();
     if args.print_addr {
-        println!("{}", node.local_addr());
+        println!("{local}");
     }
     tracing::info!(
-        addr = %node.local_addr(),
-        public_key = %node.endpoint().public(),
+        addr = %local,
+        public_key = %nodes[0].endpoint().public(),
         stack = %args.stack,
         accel = args.accel,
+        workers,
         out = %args.out.as_ref().map_or("-".into(), |d| d.display().to_string()),
         "serving"
     );
-    let mut app = App {
+    // What the workers share: the output directory and its partial files being received, the
+    // stop flag, and the count of ended transfers.
+    let store = Store::new(args.out.clone(), args.overwrite);
+    let ended = AtomicU64::new(0);
+    let shared = Shared {
         args: &args,
-        store: Store {
-            dir: args.out.clone(),
-            overwrite: args.overwrite,
-        },
-        peers: HashMap::new(),
-        ended_transfers: 0,
+        store: &store,
+        ended: &ended,
+        stop: &stop,
     };
-    let started = Instant::now();
-    if engine {
+    if !engine {
+        let mut node = nodes.pop().context("no socket bound")?;
+        let mut app = shared.app();
+        let started = Instant::now();
+        serve_on_loop(&mut node, &mut app, &stop, beside)?;
+        return finish_node(&mut node, app, started);
+    }
+    if workers == 1 {
+        let node = nodes.pop().context("no socket bound")?;
+        return shared.run_worker(node);
+    }
+    // One thread per worker; the first error stops the others (through the stop flag) and
+    // is the server's.
+    std::thread::scope(|scope| {
+        let mut running = Vec::new();
+        for (i, node) in nodes.into_iter().enumerate() {
+            let shared = &shared;
+            let spawned = std::thread::Builder::new()
+                .name(format!("worker-{i}"))
+                .spawn_scoped(scope, move || {
+                    // Every line a worker logs says which it is.
+                    let _span = tracing::info_span!("worker", worker = i).entered();
+                    shared.run_worker(node)
+                });
+            match spawned {
+                Ok(h) => running.push(h),
+                Err(e) => {
+                    stop.store(true, Ordering::SeqCst);
+                    return Err(anyhow::Error::from(e).context(format!("starting worker {i}")));
+                }
+            }
+        }
+        let mut first = None;
+        for (i, h) in running.into_iter().enumerate() {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("worker {i} panicked")));
+            if let Err(e) = r {
+                stop.store(true, Ordering::SeqCst);
+                first.get_or_insert(e.context(format!("worker {i}")));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    })
+}
+
+/// What every worker of a server shares.
+struct Shared<'a> {
+    args: &'a ServeArgs,
+    store: &'a Store,
+    ended: &'a AtomicU64,
+    stop: &'a AtomicBool,
+}
+
+impl<'a> Shared<'a> {
+    /// A worker's application: peers of its own, the shared store (a clone shares the set of
+    /// partial files being received) and count.
+    fn app(&self) -> App<'a> {
+        App {
+            args: self.args,
+            store: self.store.clone(),
+            peers: HashMap::new(),
+            ended_transfers: self.ended,
+        }
+    }
+
+    /// Serve `node` on the receive engine until Ctrl-C, or until `--transfers` have ended on
+    /// all workers together (then the stop flag ends the other workers too), or an error
+    /// (which sets the stop flag as well).
+    fn run_worker(&self, mut node: SessionSocket) -> Result<()> {
+        let mut app = self.app();
+        let started = Instant::now();
         let cfg = EngineConfig {
-            quota: args.quota as usize,
-            listen_share: args.listen_share,
+            quota: self.args.quota as usize,
+            listen_share: self.args.listen_share,
         };
-        node.serve_on_engine(&cfg, &stop, |node| {
+        let stop = self.stop;
+        let served = node.serve_on_engine(&cfg, stop, |node| {
             app.round(node)?;
             Ok(if app.done() {
+                // The other workers, idle or not, stop within one turn (50 ms).
+                stop.store(true, Ordering::SeqCst);
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             })
-        })?;
-    } else {
-        serve_on_loop(&mut node, &mut app, &stop, beside)?;
+        });
+        if let Err(e) = served {
+            stop.store(true, Ordering::SeqCst);
+            return Err(e.into());
+        }
+        finish_node(&mut node, app, started)
     }
+}
+
+/// The end of serving on `node`: with `--transfers` done, a second for the last answers to be
+/// confirmed; then unfinished transfers are suspended (their partial files written out, for
+/// their senders to resume) and each session's statistics logged.
+fn finish_node(node: &mut SessionSocket, mut app: App<'_>, started: Instant) -> Result<()> {
     if app.done() {
         // Let the last answers be confirmed before going.
         let until = Instant::now() + Duration::from_secs(1);
@@ -399,13 +530,11 @@ pub fn serve_with(args: ServeArgs, beside: Option<&mut dyn FnMut() -> Result<()>
         }
     }
     tracing::info!(seconds = started.elapsed().as_secs_f64(), "stopping");
-    // Transfers not finished keep their partial files, written out, for their senders to
-    // resume.
     for (p, st) in app.peers.drain() {
         if let Some(t) = st.transfer {
             let name = t.name().to_owned();
             if let Err(r) = t.suspend() {
-                tracing::warn!(peer = %fingerprint_of(&node, p), name, "transfer failed: {r}");
+                tracing::warn!(peer = %fingerprint_of(node, p), name, "transfer failed: {r}");
             }
         }
     }

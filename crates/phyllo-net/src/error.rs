@@ -33,6 +33,24 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// The steering program of
+    /// [`SessionSocket::bind_dedicating_workers`](crate::SessionSocket::bind_dedicating_workers)
+    /// could not be attached to the port's `SO_REUSEPORT` group.
+    #[error("cannot steer {addr}'s datagrams to workers by source")]
+    Steer {
+        /// The address the workers share.
+        addr: SocketAddr,
+        /// Why the operating system refused.
+        #[source]
+        source: io::Error,
+    },
+    /// A number of workers out of range (1 to
+    /// [`SessionSocket::MAX_WORKERS`](crate::SessionSocket::MAX_WORKERS)).
+    #[error("{workers} workers: between 1 and 64")]
+    Workers {
+        /// The number asked for.
+        workers: usize,
+    },
     /// [`SessionSocket::rebind`](crate::SessionSocket::rebind) on a socket whose port is its
     /// peers' address (one made with `bind_dedicating`).
     #[error("a dedicating socket cannot move to another port")]

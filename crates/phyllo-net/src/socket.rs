@@ -113,6 +113,15 @@ fn endpoint(
         .map_err(NetError::Endpoint)
 }
 
+/// Claim `addr` with an ordinary bind (so a port already in use is an error, not a share of
+/// someone's `SO_REUSEPORT` group) and let it go; the address bound, with the port chosen
+/// when `addr` says port 0.
+fn claim(addr: SocketAddr) -> Result<SocketAddr, NetError> {
+    Ok(UdpLink::bind(addr)
+        .map_err(|source| NetError::Bind { addr, source })?
+        .local_addr())
+}
+
 /// Put `peer` on `list` unless it is there.
 pub(crate) fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
     if !list.contains(&peer) {
@@ -154,22 +163,101 @@ impl SessionSocket {
         accelerate: bool,
     ) -> Result<SessionSocket, NetError> {
         let ep = endpoint(key, allowed, stack, accelerate)?;
-        let local = UdpLink::bind(addr)
-            .map_err(|source| NetError::Bind { addr, source })?
-            .local_addr();
-        let link = UdpLink::bind_shared(local).map_err(|source| NetError::BindShared {
-            addr: local,
-            source,
-        })?;
-        let mut socket = SessionSocket::with_link(link, ep);
+        let local = claim(addr)?;
+        SessionSocket::dedicating_on(local, ep, false)
+    }
+
+    /// Like [`bind_dedicating`](Self::bind_dedicating), for `workers` threads on one port:
+    /// one socket per worker, each with its own endpoint (a clone of `key`, the same
+    /// `allowed`, `stack` and `accelerate`) and its own listening sockets, all of them in one
+    /// `SO_REUSEPORT` group, and the group steered by source
+    /// ([`UdpLink::steer_by_source`]): every datagram from one source *address* reaches the
+    /// same worker, whatever its port, so a client whose port changes (a NAT rebinding, its
+    /// own [`rebind`](Self::rebind)) stays with the worker that holds its session; within a
+    /// worker the source port spreads sources over its listening sockets, as the kernel's
+    /// hash does for one. A worker's established peers get sockets of their own as with one
+    /// socket (they join the group after the listeners and the kernel serves them by their
+    /// connection).
+    ///
+    /// Run each returned socket on its own thread (the sockets share nothing but the port);
+    /// the `n`-th serves the sources [`phyllo_udp::steer::steering_index`] puts on worker
+    /// `n`. A session never moves between workers: a client whose *address* changes starts a
+    /// new one on the worker of its new address, and all clients behind one address (a NAT)
+    /// share one worker.
+    ///
+    /// Every socket is bound here, in order (worker 0's listening sockets, then worker 1's,
+    /// …), which the steering's indices need; so a listening socket that cannot be made is an
+    /// error here ([`NetError::BindShared`]), not a worker with fewer. The steering program is
+    /// attached only for two or more workers (one is [`bind_dedicating`](Self::bind_dedicating):
+    /// the kernel's hash); a kernel that refuses it is [`NetError::Steer`]; `workers` of 0 or
+    /// past [`MAX_WORKERS`](Self::MAX_WORKERS) is [`NetError::Workers`].
+    pub fn bind_dedicating_workers(
+        addr: SocketAddr,
+        key: StaticKey,
+        allowed: Vec<PublicKey>,
+        stack: &str,
+        accelerate: bool,
+        workers: usize,
+    ) -> Result<Vec<SessionSocket>, NetError> {
+        if !(1..=Self::MAX_WORKERS).contains(&workers) {
+            return Err(NetError::Workers { workers });
+        }
+        if workers == 1 {
+            return Ok(vec![SessionSocket::bind_dedicating(
+                addr, key, allowed, stack, accelerate,
+            )?]);
+        }
+        // Every endpoint first: a bad stack is an error before anything is bound.
+        let eps = (0..workers)
+            .map(|_| endpoint(key.clone(), allowed.clone(), stack, accelerate))
+            .collect::<Result<Vec<_>, _>>()?;
+        let local = claim(addr)?;
+        let sockets = eps
+            .into_iter()
+            .map(|ep| SessionSocket::dedicating_on(local, ep, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        sockets[0]
+            .link
+            .steer_by_source(workers, LISTENING_SOCKETS)
+            .map_err(|source| NetError::Steer {
+                addr: local,
+                source,
+            })?;
+        Ok(sockets)
+    }
+
+    /// The most workers [`bind_dedicating_workers`](Self::bind_dedicating_workers) makes
+    /// (each has eight listening sockets: 512 descriptors at most).
+    pub const MAX_WORKERS: usize = 64;
+
+    /// A dedicating socket on `local` (already claimed) with endpoint `ep`: the main link and
+    /// [`LISTENING_SOCKETS`] − 1 more on the same port. With `strict`, a listening socket
+    /// that cannot be made is an error (workers' steering counts on every one); without, the
+    /// others serve.
+    fn dedicating_on(
+        local: SocketAddr,
+        ep: SessionEndpoint,
+        strict: bool,
+    ) -> Result<SessionSocket, NetError> {
+        let shared = || {
+            UdpLink::bind_shared(local).map_err(|source| NetError::BindShared {
+                addr: local,
+                source,
+            })
+        };
+        let mut socket = SessionSocket::with_link(shared()?, ep);
         // The listening sockets now take handshakes and strays: one datagram per buffer, so a
         // receive quota counts datagrams (coalesced junk would make one buffer a flood).
         let _ = socket.link.set_gro(false);
         for _ in 1..LISTENING_SOCKETS {
-            // One that cannot be made (descriptors exhausted) leaves the others.
-            if let Ok(l) = UdpLink::bind_shared(local) {
-                let _ = l.set_recv_buffer_size(8 << 20);
-                socket.listeners.push(l);
+            match shared() {
+                Ok(l) => {
+                    let _ = l.set_recv_buffer_size(8 << 20);
+                    socket.listeners.push(l);
+                }
+                Err(e) if strict => return Err(e),
+                // One that cannot be made (descriptors exhausted) leaves the others.
+                Err(_) => {}
             }
         }
         socket.dedicating = true;

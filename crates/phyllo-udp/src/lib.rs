@@ -10,11 +10,14 @@
 //!   non-blocking, busy-poll or blocking.
 //! - [`offload`]: segmentation offload (`UDP_SEGMENT` sends of a [`TxQueue`](offload::TxQueue),
 //!   `UDP_GRO` receives).
+//! - [`steer`]: steering datagrams within an `SO_REUSEPORT` group by their source (a
+//!   classic BPF program), for a server whose worker threads share one port.
 //!
 //! The runtime that runs phyllo on these sockets is `phyllo-net`.
 
 #![warn(missing_docs)]
 
 pub mod offload;
+pub mod steer;
 mod sys;
 pub mod udp;

@@ -572,3 +572,41 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) ->
         }
     }
 }
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (`asm-generic/socket.h`; the `libc` crate names it only for
+/// some targets).
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Attach the classic BPF program `program` to the `SO_REUSEPORT` group of `fd`
+/// (`setsockopt(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF)`): from now on the kernel picks the
+/// group's socket for each datagram by the index the program returns. The kernel checks the
+/// program (and copies it) before it takes it; an unsafe program is `EINVAL`.
+pub(crate) fn attach_reuseport_cbpf(
+    fd: BorrowedFd<'_>,
+    program: &[libc::sock_filter],
+) -> io::Result<()> {
+    let len = libc::c_ushort::try_from(program.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads through this pointer (it copies the program in).
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fd` is an open socket borrowed for the call; `fprog` is a live local whose
+    // size is passed, and it points at `program.len()` instructions borrowed for the whole
+    // call, which the kernel copies before it returns and never writes.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

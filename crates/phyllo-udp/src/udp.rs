@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::offload::{self, Outgoing, TxQueue};
+use crate::steer;
 use crate::sys::{self, MAX_IOVS};
 
 pub use crate::sys::MAX_BATCH;
@@ -575,6 +576,30 @@ impl UdpLink {
     /// sockets may share its address. (Only sockets of the same user can join the port.)
     pub fn bind_shared(local: SocketAddr) -> io::Result<Self> {
         Self::bind_with(local, true)
+    }
+
+    /// Steer the datagrams that reach this link's `SO_REUSEPORT` group by their source:
+    /// `workers` workers of `per_worker` listening sockets each, bound into the group in
+    /// order (worker 0's `per_worker` sockets first, then worker 1's, …), so that group index
+    /// `per_worker * w + i` is worker `w`'s socket `i`. Each datagram goes to the socket of
+    /// index [`steering_index`](crate::steer::steering_index) of its source: all datagrams
+    /// from one address reach one worker, whatever their port, and within it the port spreads
+    /// sources over its sockets ([`crate::steer`] has the program and why).
+    ///
+    /// Call it once every listening socket is bound (on any member of the group: the program
+    /// is the group's). Sockets that join later ([`dedicated`](Self::dedicated) ones, which
+    /// the kernel serves by their connection rather than by the program) come after the
+    /// listening ones and leave their indices as they are. A link made without
+    /// [`bind_shared`](Self::bind_shared) has no group: the kernel says `EINVAL`; so does a
+    /// `workers` or `per_worker` of 0, or a product past `u32`.
+    pub fn steer_by_source(&self, workers: usize, per_worker: usize) -> io::Result<()> {
+        let invalid = || io::Error::from(io::ErrorKind::InvalidInput);
+        let w = u32::try_from(workers).map_err(|_| invalid())?;
+        let p = u32::try_from(per_worker).map_err(|_| invalid())?;
+        if w == 0 || p == 0 || w.checked_mul(p).is_none() {
+            return Err(invalid());
+        }
+        sys::attach_reuseport_cbpf(self.socket.as_fd(), &steer::source_program(w, p))
     }
 
     /// A socket of its own for `peer`, on this (shared) link's address and connected to `peer`:
