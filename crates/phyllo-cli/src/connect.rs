@@ -117,7 +117,9 @@ pub struct ConnectArgs {
     /// Push data for this many seconds instead (throughput).
     #[arg(long)]
     pub throughput: Option<f64>,
-    /// Bytes per message (pings and data, headers included).
+    /// Bytes per message (pings and data, headers included). A data message larger than one
+    /// of the session's fragments is cut to a whole number of them, so that every datagram of
+    /// a transfer has one size.
     #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(16..=1 << 20))]
     pub size: u64,
     /// Busy-poll the socket (lowest latency, one core busy).
@@ -490,6 +492,13 @@ enum Step {
 /// Take the next message of data from `out` at `offset` into a session message and send it
 /// (pumping while the session has no room); `offset` moves past what was taken.
 fn send_next(c: &mut Client, out: &mut Outgoing, offset: &mut u64, size: usize) -> Result<Step> {
+    let size = whole_fragments(
+        size,
+        c.node
+            .endpoint()
+            .connection(c.peer)
+            .and_then(|k| k.fragment_payload()),
+    );
     let mut m = c.node.endpoint_mut().alloc();
     m.reserve(size);
     m.extend_from_slice(&data_header(*offset));
@@ -520,6 +529,20 @@ fn send_next(c: &mut Client, out: &mut Outgoing, offset: &mut u64, size: usize) 
     }
     *offset += n as u64;
     Ok(Step::Sent)
+}
+
+/// A data message's size: `size`, or where it is larger than one fragment of the session's
+/// (`chunk` bytes), the largest whole number of fragments in it. Every datagram of the
+/// transfer then has one size, and the socket hands them to the kernel in segmented runs of
+/// up to 64 (a shorter datagram ends a run: an 8 KiB message in 1389-byte fragments ended
+/// one every six datagrams). Measured on the bulk experiment's loopback transfer (64 MiB,
+/// `--size 8192`, interleaved pairs of runs, medians of 7): 279.5 MB/s against 247.0
+/// without it, and 225 against 258 ms of the sender's CPU.
+fn whole_fragments(size: usize, chunk: Option<usize>) -> usize {
+    match chunk {
+        Some(c) if c > DATA_HEADER && size > c => size / c * c,
+        _ => size,
+    }
 }
 
 /// How a transfer is offered: the name and what else the offer says.
@@ -882,6 +905,17 @@ fn transfer(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_data_message_is_a_whole_number_of_fragments_when_larger_than_one() {
+        use super::whole_fragments;
+        assert_eq!(whole_fragments(8192, Some(1389)), 5 * 1389);
+        assert_eq!(whole_fragments(8334, Some(1389)), 6 * 1389);
+        // One fragment or less, no fragmenting layer, or a nonsensical one: as asked.
+        assert_eq!(whole_fragments(1000, Some(1389)), 1000);
+        assert_eq!(whole_fragments(8192, None), 8192);
+        assert_eq!(whole_fragments(8192, Some(4)), 8192);
+    }
+
     #[test]
     fn the_result_line_becomes_a_json_object() {
         let j = super::json_line("bytes=5 seconds=0.5 blake3=ab12 verified=yes stored=a b");

@@ -434,6 +434,14 @@ impl<S: LayerSet> Connection<S> {
         self.core.shrink();
     }
 
+    /// The body bytes of a full fragment on the current path, when the stack cuts messages
+    /// into fragments ([`Layer::fragment_payload`](crate::Layer::fragment_payload)): a
+    /// message of a whole number of them leaves in datagrams of one size, which a socket with
+    /// segmentation offload sends in long runs. `None` without such a layer.
+    pub fn fragment_payload(&self) -> Option<usize> {
+        self.core.layers().fragment_payload()
+    }
+
     /// Everything sent so far was acknowledged: nothing waits for the link, for an
     /// acknowledgement, or in the accelerator's deferred work (acknowledgements this end owes
     /// may still be pending). Without a reliable layer, as soon as it left.

@@ -738,6 +738,14 @@ pub trait Layer: Send {
     fn wants_copy(&self) -> bool {
         false
     }
+
+    /// A layer that cuts messages into fragments: the body bytes a full fragment carries on
+    /// the current path. A message of a whole number of them leaves in datagrams of one size,
+    /// which a socket with segmentation offload sends in long runs (a shorter datagram ends a
+    /// run). `None` for every other layer.
+    fn fragment_payload(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl<L: Layer + ?Sized> Layer for Box<L> {
@@ -807,6 +815,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn wants_copy(&self) -> bool {
         (**self).wants_copy()
+    }
+    fn fragment_payload(&self) -> Option<usize> {
+        (**self).fragment_payload()
     }
 }
 

@@ -43,6 +43,8 @@ pub trait LayerSet {
     /// above it holds messages ([`Layer::holds_unacked`]): only then does the count of
     /// messages it took cover everything the application sent.
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)>;
+    /// [`Layer::fragment_payload`] of the topmost layer that reports one.
+    fn fragment_payload(&self) -> Option<usize>;
     /// [`Layer::trailer_len`] of layer `i`.
     fn trailer_len_at(&self, i: usize) -> usize;
     /// [`Layer::shrink`] of every layer.
@@ -229,6 +231,9 @@ impl LayerSet for DynStack {
     fn trailer_len_at(&self, i: usize) -> usize {
         self.get(i).map_or(0, |l| l.trailer_len())
     }
+    fn fragment_payload(&self) -> Option<usize> {
+        self.iter().find_map(|l| l.fragment_payload())
+    }
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
         let mut clear = true;
         for l in self {
@@ -308,6 +313,9 @@ impl LayerSet for () {
         false
     }
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
+        None
+    }
+    fn fragment_payload(&self) -> Option<usize> {
         None
     }
     fn trailer_len_at(&self, _: usize) -> usize {
@@ -396,6 +404,11 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
         } else {
             self.1.trailer_len_at(i - 1)
         }
+    }
+    fn fragment_payload(&self) -> Option<usize> {
+        self.0
+            .fragment_payload()
+            .or_else(|| self.1.fragment_payload())
     }
     fn acked_prefix(&self) -> Option<(AckedPrefix, bool)> {
         if let Some(p) = self.0.acked_prefix() {

@@ -1,7 +1,8 @@
 //! `frag` reassembles a message whatever order its fragments arrive in, with nothing below it
 //! that restores order: in order (the common case, appended without a second write), in
 //! reverse, in every order of a four-fragment message, and with fragments repeated.
-//! Layered and accelerated.
+//! Layered and accelerated. And a message of a whole number of the connection's
+//! `fragment_payload` leaves in datagrams of one size.
 
 use phyllo::{Config, Connection, DynConnection, Time};
 
@@ -75,5 +76,31 @@ fn fragments_in_any_order_make_the_message() {
                 "accel {accel}: delivered twice"
             );
         }
+    }
+}
+
+#[test]
+fn a_message_of_whole_fragments_leaves_in_datagrams_of_one_size() {
+    for accel in [false, true] {
+        let (mut a, mut b) = pair(accel);
+        let now = Time(1_000);
+        let chunk = a.fragment_payload().expect("frag cuts messages");
+        let msg: Vec<u8> = (0..5 * chunk).map(|i| (i % 251) as u8).collect();
+        a.send(now, &msg).unwrap();
+        let frags = drain(&mut a);
+        assert_eq!(frags.len(), 5, "accel {accel}");
+        assert!(
+            frags.iter().all(|f| f.len() == frags[0].len()),
+            "accel {accel}: {:?}",
+            frags.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        for f in &frags {
+            b.handle_datagram(now, f);
+        }
+        let got = b.poll_delivery().map(|m| m.data().to_vec());
+        assert_eq!(got.as_deref(), Some(&msg[..]), "accel {accel}");
+        // One byte more takes a sixth, shorter datagram.
+        a.send(now, &[0u8; 1][..].repeat(5 * chunk + 1)).unwrap();
+        assert_eq!(drain(&mut a).len(), 6, "accel {accel}");
     }
 }

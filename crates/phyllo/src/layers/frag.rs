@@ -136,6 +136,15 @@ impl<const O: bool> Frag<O> {
         }
     }
 
+    /// Body bytes per fragment of a message of `total` bytes: at most what the header's 16
+    /// bits name, and large enough that the count fits its 16 bits (only a message of over
+    /// 3.6 MiB, which the connection's largest does not allow by default, on a path of under
+    /// 120 bytes needs fragments larger than the path).
+    fn chunk(&self, total: usize) -> usize {
+        let max = usize::from(u16::MAX);
+        (self.cap() - FRAG_HEADER).min(max).max(total.div_ceil(max))
+    }
+
     /// Reassemblies in progress.
     pub fn in_progress(&self) -> usize {
         self.slots.len()
@@ -187,6 +196,12 @@ impl<const O: bool> Layer for Frag<O> {
         true
     }
 
+    /// A large message's fragment body on the current path.
+    fn fragment_payload(&self) -> Option<usize> {
+        self.field?;
+        Some(self.chunk(0))
+    }
+
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.field = Some(fields.add_field(FieldClass::ProtoSpecific, "frag", 1, None));
         self.max_message = cx.max_message;
@@ -212,12 +227,8 @@ impl<const O: bool> Layer for Frag<O> {
         self.next_id = self.next_id.wrapping_add(1);
         let body = &m.data()[hl..];
         let total = body.len();
-        // One size for the whole message; at most what the header's 16 bits name, and large
-        // enough that the count fits its 16 bits (only a message of over 3.6 MiB, which the
-        // connection's largest does not allow by default, on a path of under 120 bytes needs
-        // fragments larger than the path).
-        let max = usize::from(u16::MAX);
-        let size = (self.cap() - FRAG_HEADER).min(max).max(total.div_ceil(max));
+        // One size for the whole message.
+        let size = self.chunk(total);
         let count = total.div_ceil(size);
         for (k, chunk) in body.chunks(size).enumerate() {
             let mut f = cx.alloc();
