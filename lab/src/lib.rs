@@ -11,10 +11,11 @@
 //!   in an Interrupt-Driven Kernel" (seed 002: [`livelock_model`], [`forward`], [`netns`]).
 //! - Checks of the product under stress: heavy-fault soaks ([`soak`]) and the attack on a live
 //!   session endpoint ([`attack`]).
-//! - Baselines and instruments: raw UDP ([`rawudp`], and [`raw_echo`] beside `serve`), AEADs
-//!   ([`aead`]), timing helpers ([`measure`]), the analyzer's workloads ([`workload`],
-//!   [`analyze_cmd`]), the targets run under callgrind ([`cmd`]), a binary relinked in a chosen
-//!   function order ([`relink`]). The papers are mapped to modules in `docs/papers.md`.
+//! - Baselines and instruments: raw UDP ([`rawudp`], [`raw_echo`] beside `serve`, and the
+//!   plain echo [`udp_echo`]), AEADs ([`aead`]), timing helpers ([`measure`]), the analyzer's
+//!   workloads ([`workload`], [`analyze_cmd`]), the targets run under callgrind ([`cmd`]), a
+//!   binary relinked in a chosen function order ([`relink`]). The papers are mapped to modules
+//!   in `docs/papers.md`.
 
 pub mod aead;
 pub mod analyze_cmd;
@@ -36,4 +37,5 @@ pub mod relink;
 pub mod report;
 pub mod soak;
 pub mod stats;
+pub mod udp_echo;
 pub mod workload;

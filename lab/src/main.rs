@@ -2,7 +2,9 @@
 //! own commands (`serve`, `connect`, ...), so that experiments run as child processes the
 //! very code operators run.
 
-use phyllo_lab::{aead, analyze_cmd, cmd, ilp_cmd, ilp_ftp, paths_cmd, raw_echo, report, workload};
+use phyllo_lab::{
+    aead, analyze_cmd, cmd, ilp_cmd, ilp_ftp, paths_cmd, raw_echo, report, udp_echo, workload,
+};
 
 use clap::{Parser, Subcommand};
 
@@ -43,6 +45,9 @@ enum Cmd {
     Paths(paths_cmd::PathsArgs),
     /// `phyllo serve` with a raw-UDP echo polled in the same busy loop (a latency baseline).
     ServeRawEcho(raw_echo::RawEchoArgs),
+    /// A plain UDP echo that does nothing else (the latency baseline of two processes doing
+    /// only a ping-pong).
+    UdpEcho(udp_echo::UdpEchoArgs),
     /// The product's commands, as `phyllo` runs them.
     #[command(flatten)]
     Product(phyllo_cli::Command),
@@ -74,6 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::IlpFtp(args) => ilp_ftp::run(args),
         Cmd::Paths(args) => paths_cmd::main(args),
         Cmd::ServeRawEcho(args) => raw_echo::main(args),
+        Cmd::UdpEcho(args) => udp_echo::main(args),
         Cmd::Product(cmd) => phyllo_cli::run(cmd),
     }
 }

@@ -1,5 +1,6 @@
 //! `session`: sessions between processes — the handshake's round trips, a sealed accelerated
-//! session's latency against raw UDP across two processes, the memory of an idle session, and
+//! session's latency against raw UDP across two processes (beside the server's own loop, and
+//! as a plain ping-pong between two processes), the memory of an idle session, and
 //! the sessions an attack on a live endpoint kills.
 //!
 //! - **Handshake round trips**: two endpoints on the in-memory network with a 1 ms one-way
@@ -11,6 +12,12 @@
 //!   datagrams in one loop; this process busy-polls and alternates blocks of raw and session pings
 //!   of 32 bytes (an odd number of pairs); the ratio is the median of the pairs' ratios of
 //!   median pings ([`crate::stats`]).
+//! - **RTT vs plain UDP** (issue 28): the same session pings against a `phyllo serve
+//!   --busy-poll --accel` child, interleaved with pings of a plain UDP ping-pong against a
+//!   `phyllo-lab udp-echo --busy-poll` child ([`crate::udp_echo`]: two processes doing nothing
+//!   else); only the two processes of a block run during it, the other child stopped (SIGSTOP,
+//!   then SIGCONT), as three busy-polling processes would share two cores. The same ratio of
+//!   medians over an odd number of block pairs.
 //! - **Bytes per idle session**: a `phyllo serve` child allowing 10 000 keys (1 000 with
 //!   `--quick`) takes one session from each (a handshake and one ping); its resident set
 //!   growth over the sessions, from `/proc/PID/statm`.
@@ -26,7 +33,7 @@ use phyllo::endpoint::{Event, SessionEndpoint};
 use phyllo::session::StaticKey;
 use phyllo::testing::memlink::Faults;
 use phyllo::testing::net::SessionNet;
-use phyllo::Time;
+use phyllo::{PeerId, Time};
 use phyllo_cli::transfer::PING;
 use phyllo_net::SessionSocket;
 use std::io::{BufRead, BufReader};
@@ -273,18 +280,7 @@ fn processes(
         let mut it = addrs.split_whitespace();
         let raw_addr: SocketAddr = it.next().context("raw address")?.parse()?;
         let s_addr: SocketAddr = it.next().context("address")?.parse()?;
-        let mut node =
-            SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
-        node.set_busy_poll(true);
-        let now = node.now();
-        let p = node.endpoint_mut().connect(now, sk.public(), s_addr);
-        let t0 = Instant::now();
-        while !node.endpoint().is_established(p) {
-            if t0.elapsed() > Duration::from_secs(5) {
-                bail!("no session with the child server");
-            }
-            node.pump(Duration::from_millis(5))?;
-        }
+        let (mut node, p) = busy_session(&ck, &sk, s_addr)?;
         let handshake_us = node
             .endpoint()
             .peer_stats(p)
@@ -292,20 +288,14 @@ fn processes(
             .unwrap_or_default()
             .as_secs_f64()
             * 1e6;
-        let raw = UdpSocket::bind("127.0.0.1:0")?;
-        raw.connect(raw_addr)?;
-        raw.set_nonblocking(true)?;
+        let raw = busy_udp(raw_addr)?;
         // Pairs of blocks (raw, then session): an odd number, so the median is one pair's.
         let (blocks, per) = if ctx.quick { (7, 500) } else { (21, 2000) };
         let mut raw_rtts = Vec::new();
         let mut ses_rtts = Vec::new();
         // Each block's median ping, µs.
         let (mut raw_blocks, mut ses_blocks) = (Vec::new(), Vec::new());
-        let msg = {
-            let mut m = vec![0u8; 32];
-            m[0] = PING;
-            m
-        };
+        let msg = ping_message();
         let mut buf = [0u8; 2048];
         for b in 0..blocks * 2 {
             let (raw_from, ses_from) = (raw_rtts.len(), ses_rtts.len());
@@ -313,30 +303,9 @@ fn processes(
             for i in 0..per + 50 {
                 let t = Instant::now();
                 if b % 2 == 0 {
-                    raw.send(&msg)?;
-                    let until = Instant::now() + Duration::from_secs(2);
-                    loop {
-                        match raw.recv(&mut buf) {
-                            Ok(_) => break,
-                            Err(_) if Instant::now() < until => std::hint::spin_loop(),
-                            Err(e) => bail!("raw UDP echo: {e}"),
-                        }
-                    }
+                    udp_ping(&raw, &msg, &mut buf).context("raw UDP echo")?;
                 } else {
-                    let now = node.now();
-                    node.endpoint_mut()
-                        .send(now, p, &msg)
-                        .map_err(|e| anyhow::anyhow!("session ping: {e}"))?;
-                    let until = Instant::now() + Duration::from_secs(2);
-                    loop {
-                        node.pump(Duration::ZERO)?;
-                        if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
-                            break;
-                        }
-                        if Instant::now() > until {
-                            bail!("session ping lost for 2 s");
-                        }
-                    }
+                    session_ping(&mut node, p, &msg)?;
                 }
                 if i >= 50 {
                     let rtt = t.elapsed().as_secs_f64() * 1e6;
@@ -378,6 +347,7 @@ fn processes(
             "loopback, connect to session up",
         ));
     }
+    plain_udp_rtt(ctx, &skf, &cpub, &sk, &ck, figures, table)?;
     // Idle sessions.
     let n = if ctx.quick { 1000 } else { 10_000 };
     let keys: Vec<StaticKey> = (0..n)
@@ -447,4 +417,203 @@ fn processes(
         ),
     ));
     Ok(())
+}
+
+/// Pings left out at the start of every block of the plain comparison: the first after a
+/// child is continued meet cold caches and a scheduler still placing it.
+const WARM_UP: usize = 50;
+
+/// The session round trip against a plain UDP ping-pong, interleaved in one run
+/// (`serve.rtt_ratio_vs_plain_udp`, issue 28; `serve.plain_udp_rtt_us`).
+///
+/// Two children: `phyllo serve --busy-poll --accel` (the product's server in its latency
+/// loop, with no raw socket polled beside it, unlike the `serve-raw-echo` of
+/// `serve.rtt_ratio_vs_raw_udp`) and `phyllo-lab udp-echo --busy-poll` ([`crate::udp_echo`]:
+/// one socket, every datagram echoed, nothing else). This process busy-polls too, and
+/// alternates blocks of plain UDP pings and session pings of 32 bytes (an odd number of
+/// pairs, the first pings of each block left out); the figure is the median of the pairs'
+/// ratios of median pings ([`crate::stats`]).
+///
+/// CPU: both children spinning beside this spinning process would be three busy processes,
+/// and on a two-core machine each measurement would share its cores with the idle third. So
+/// during a block only its two processes run: the other child is stopped (SIGSTOP) before the
+/// block and continued (SIGCONT) after it, by a guard ([`Paused`]) that continues it on every
+/// way out of the block, errors included; both children are killed when dropped
+/// ([`KillOnDrop`]), after the guard has continued them.
+fn plain_udp_rtt(
+    ctx: &Ctx,
+    skf: &Path,
+    cpub: &Path,
+    sk: &StaticKey,
+    ck: &StaticKey,
+    figures: &mut Vec<(String, f64)>,
+    table: &mut Table,
+) -> Result<()> {
+    let key = skf.to_str().context("the server key's path is not UTF-8")?;
+    let allow = cpub
+        .to_str()
+        .context("the client key's path is not UTF-8")?;
+    let (serve, s_addr) = spawn_local_serve(key, allow, &["--busy-poll"])?;
+    let s_addr: SocketAddr = s_addr.parse().context("the server's address")?;
+    let (mut node, p) = busy_session(ck, sk, s_addr)?;
+    // The echo starts once the session is up, so the handshake has only the server beside
+    // this process.
+    let (echo, e_addr) = spawn_lab(
+        "udp-echo",
+        &["--listen", "127.0.0.1:0", "--busy-poll", "--print-addr"],
+        1,
+    )?;
+    let e_addr: SocketAddr = e_addr.parse().context("the echo's address")?;
+    let plain = busy_udp(e_addr)?;
+    // Pairs of blocks (plain, then session): an odd number, so the median is one pair's.
+    let (pairs, per) = if ctx.quick { (7, 500) } else { (21, 2000) };
+    let msg = ping_message();
+    let mut buf = [0u8; 2048];
+    let mut plain_rtts = Vec::with_capacity(pairs * per);
+    let mut ses_rtts = Vec::with_capacity(pairs * per);
+    // Each block's median ping, µs.
+    let (mut plain_blocks, mut ses_blocks) = (Vec::new(), Vec::new());
+    for b in 0..pairs * 2 {
+        let is_plain = b % 2 == 0;
+        // Only this block's child runs beside this process; the other is continued when the
+        // guard drops, at the end of the block or on an error.
+        let _paused = Paused::stop(if is_plain { &serve.0 } else { &echo.0 })?;
+        let rtts = if is_plain {
+            &mut plain_rtts
+        } else {
+            &mut ses_rtts
+        };
+        let from = rtts.len();
+        for i in 0..per + WARM_UP {
+            let t = Instant::now();
+            if is_plain {
+                udp_ping(&plain, &msg, &mut buf).context("plain UDP echo")?;
+            } else {
+                session_ping(&mut node, p, &msg)?;
+            }
+            if i >= WARM_UP {
+                rtts.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        let m = median(&rtts[from..]);
+        if is_plain {
+            plain_blocks.push(m);
+        } else {
+            ses_blocks.push(m);
+        }
+    }
+    drop((echo, serve));
+    let (u, s) = (median(&plain_rtts), median(&ses_rtts));
+    let ratio = ratio_summary(&ses_blocks, &plain_blocks);
+    figures.push(("serve.rtt_ratio_vs_plain_udp".into(), ratio.median));
+    figures.push(("serve.plain_udp_rtt_us".into(), u));
+    table.rows.push(row(
+        "serve.rtt_ratio_vs_plain_udp",
+        format!(
+            "{} (medians of all pings: {s:.1} µs vs {u:.1} µs)",
+            ratio.show(2, "block pairs")
+        ),
+        "≤ 1.25",
+        &format!(
+            "`phyllo serve --busy-poll` against a plain UDP echo doing nothing else, each child \
+             alone beside this busy-polling process (the other stopped), {pairs} pairs of \
+             blocks of {per} alternating; the median of the pairs' ratios of median pings \
+             (smallest–largest pair)"
+        ),
+    ));
+    Ok(())
+}
+
+/// A child stopped (SIGSTOP) until this guard is dropped, which continues it (SIGCONT).
+struct Paused(libc::pid_t);
+
+impl Paused {
+    /// Stop `child`. Its process id stays its own while it is unreaped: the `Child` is held
+    /// (in a [`KillOnDrop`]) at least as long as this guard.
+    fn stop(child: &Child) -> Result<Self> {
+        let pid = libc::pid_t::try_from(child.id()).context("a child's process id")?;
+        // SAFETY: kill(2) with a valid signal number, on our own unreaped child.
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("stopping a child (SIGSTOP)");
+        }
+        Ok(Paused(pid))
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`. A failure leaves a stopped child, which `KillOnDrop` still
+        // kills (SIGKILL ends a stopped process).
+        unsafe {
+            libc::kill(self.0, libc::SIGCONT);
+        }
+    }
+}
+
+/// A busy-polling session client on a loopback port, its session with the server `sk` at
+/// `addr` established (within 5 s).
+fn busy_session(
+    ck: &StaticKey,
+    sk: &StaticKey,
+    addr: SocketAddr,
+) -> Result<(SessionSocket, PeerId)> {
+    let mut node = SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
+    node.set_busy_poll(true);
+    let now = node.now();
+    let p = node.endpoint_mut().connect(now, sk.public(), addr);
+    let t0 = Instant::now();
+    while !node.endpoint().is_established(p) {
+        if t0.elapsed() > Duration::from_secs(5) {
+            bail!("no session with the child server");
+        }
+        node.pump(Duration::from_millis(5))?;
+    }
+    Ok((node, p))
+}
+
+/// A nonblocking UDP socket on a loopback port, connected to `echo`.
+fn busy_udp(echo: SocketAddr) -> Result<UdpSocket> {
+    let sock = UdpSocket::bind("127.0.0.1:0")?;
+    sock.connect(echo)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock)
+}
+
+/// The 32-byte ping both kinds of block send.
+fn ping_message() -> Vec<u8> {
+    let mut m = vec![0u8; 32];
+    m[0] = PING;
+    m
+}
+
+/// One ping over a connected nonblocking UDP socket, busy-polled until the echo (at most 2 s;
+/// an error receiving, such as a refusal before the echo is up, is retried until then).
+fn udp_ping(sock: &UdpSocket, msg: &[u8], buf: &mut [u8]) -> Result<()> {
+    sock.send(msg)?;
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        match sock.recv(buf) {
+            Ok(_) => return Ok(()),
+            Err(_) if Instant::now() < until => std::hint::spin_loop(),
+            Err(e) => bail!("no echo within 2 s (last: {e})"),
+        }
+    }
+}
+
+/// One session ping, busy-polled until the server's answer is delivered (at most 2 s).
+fn session_ping(node: &mut SessionSocket, p: PeerId, msg: &[u8]) -> Result<()> {
+    let now = node.now();
+    node.endpoint_mut()
+        .send(now, p, msg)
+        .map_err(|e| anyhow::anyhow!("session ping: {e}"))?;
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        node.pump(Duration::ZERO)?;
+        if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("session ping lost for 2 s");
+        }
+    }
 }
