@@ -51,7 +51,7 @@ pub fn main(args: UdpEchoArgs) -> Result<()> {
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 idle = idle.wrapping_add(1);
-                if idle % SPINS_PER_PARENT_CHECK == 0
+                if idle.is_multiple_of(SPINS_PER_PARENT_CHECK)
                     && std::os::unix::process::parent_id() != parent
                 {
                     return Ok(());
