@@ -240,7 +240,7 @@ fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(pages * 4096)
 }
 
-/// The two-process measurements: RTT ratio and idle-session memory.
+/// The two-process measurements: the RTT ratios and idle-session memory.
 fn processes(
     ctx: &Ctx,
     dir: &Path,
