@@ -111,19 +111,6 @@ impl Drop for Setup {
     }
 }
 
-/// The client's output, once it exits (at most `limit`).
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let until = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("the client did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// A field of the client's result line.
 fn field(o: &Output, key: &str) -> Option<u64> {
     stdout(o)

@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The client sending `file` from `bind`, started.
 fn send(addr: &str, dir: &Path, file: &Path, bind: &str) -> Child {
@@ -24,19 +24,6 @@ fn send(addr: &str, dir: &Path, file: &Path, bind: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// The client's output, once it exits (at most `limit`).
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let until = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("the client did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[test]

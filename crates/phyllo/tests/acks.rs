@@ -3,28 +3,14 @@
 //! that comes due at once; a reply sent before that timer runs carries the acknowledgement,
 //! and no standalone one follows. Layered and accelerated.
 
+mod common;
+
+use common::{drain, spec_pair};
 use phyllo::accel::DEFERRED_GRACE;
-use phyllo::{Config, Connection, DynConnection, Received, Time};
+use phyllo::{DynConnection, Received, Time};
 use std::time::Duration;
 
 const SPEC: &str = "window:seal";
-
-fn pair(accel: bool) -> (DynConnection, DynConnection) {
-    let (a, b) = Config::pair(accel).unwrap();
-    (
-        Connection::from_spec(SPEC, a).unwrap(),
-        Connection::from_spec(SPEC, b).unwrap(),
-    )
-}
-
-fn drain(c: &mut DynConnection) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(m) = c.poll_transmit() {
-        out.push(m.data().to_vec());
-        c.recycle(m);
-    }
-    out
-}
 
 /// Run `c`'s timers due at `now`, as a driver does between receive batches.
 fn timers(c: &mut DynConnection, now: Time) {
@@ -62,7 +48,7 @@ fn batch(a: &mut DynConnection, b: &mut DynConnection, n: usize, mut now: Time) 
 #[test]
 fn a_receive_batch_is_acknowledged_once_when_its_timer_runs() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair(accel);
+        let (mut a, mut b) = spec_pair(SPEC, accel);
         let now = batch(&mut a, &mut b, 8, Time(1_000));
         let mark = a.delivery_mark().expect("all 8 reached the window");
         assert_eq!(mark.messages(), 8);
@@ -100,7 +86,7 @@ fn a_receive_batch_is_acknowledged_once_when_its_timer_runs() {
 #[test]
 fn a_reply_in_the_same_turn_carries_the_acknowledgement() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair(accel);
+        let (mut a, mut b) = spec_pair(SPEC, accel);
         let now = batch(&mut a, &mut b, 4, Time(1_000));
         b.send(now, b"reply").unwrap();
         let out = drain(&mut b);

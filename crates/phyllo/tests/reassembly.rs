@@ -4,26 +4,12 @@
 //! Layered and accelerated. And a message of a whole number of the connection's
 //! `fragment_payload` leaves in datagrams of one size.
 
-use phyllo::{Config, Connection, DynConnection, Time};
+mod common;
+
+use common::{drain, spec_pair};
+use phyllo::Time;
 
 const SPEC: &str = "frag:seal";
-
-fn pair(accel: bool) -> (DynConnection, DynConnection) {
-    let (a, b) = Config::pair(accel).unwrap();
-    (
-        Connection::from_spec(SPEC, a).unwrap(),
-        Connection::from_spec(SPEC, b).unwrap(),
-    )
-}
-
-fn drain(c: &mut DynConnection) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(m) = c.poll_transmit() {
-        out.push(m.data().to_vec());
-        c.recycle(m);
-    }
-    out
-}
 
 /// Every order of `0..n`.
 fn orders(n: usize) -> Vec<Vec<usize>> {
@@ -44,7 +30,7 @@ fn orders(n: usize) -> Vec<Vec<usize>> {
 #[test]
 fn fragments_in_any_order_make_the_message() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair(accel);
+        let (mut a, mut b) = spec_pair(SPEC, accel);
         let now = Time(1_000);
         // Four fragments: the message's size is found from the first one sent.
         let probe: Vec<u8> = (0..4000u32).map(|i| (i * 7 + i / 13) as u8).collect();
@@ -82,7 +68,7 @@ fn fragments_in_any_order_make_the_message() {
 #[test]
 fn a_message_of_whole_fragments_leaves_in_datagrams_of_one_size() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair(accel);
+        let (mut a, mut b) = spec_pair(SPEC, accel);
         let now = Time(1_000);
         let chunk = a.fragment_payload().expect("frag cuts messages");
         let msg: Vec<u8> = (0..5 * chunk).map(|i| (i % 251) as u8).collect();

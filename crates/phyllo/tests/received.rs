@@ -4,33 +4,18 @@
 //! authenticated as new by `seal` and refused above it (`FreshRefused`: the peer is alive and
 //! there); garbage is refused; a stack without a keyed layer never says `FreshRefused`.
 
+mod common;
+
+use common::{drain, spec_pair};
 use phyllo::layer::DropReason;
-use phyllo::{Config, Connection, Received, Refusal, Time};
+use phyllo::{Received, Refusal, Time};
 
 const SPEC: &str = "window(16):checksum:seal";
-
-fn pair(spec: &str, accel: bool) -> (phyllo::DynConnection, phyllo::DynConnection) {
-    let (a, b) = Config::pair(accel).unwrap();
-    (
-        Connection::from_spec(spec, a).unwrap(),
-        Connection::from_spec(spec, b).unwrap(),
-    )
-}
-
-/// The datagrams `c` has queued, as bytes.
-fn drain(c: &mut phyllo::DynConnection) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    while let Some(m) = c.poll_transmit() {
-        out.push(m.data().to_vec());
-        c.recycle(m);
-    }
-    out
-}
 
 #[test]
 fn a_datagram_says_whether_it_was_new_authentic_and_accepted() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair(SPEC, accel);
+        let (mut a, mut b) = spec_pair(SPEC, accel);
         let mut now = Time(1_000);
         a.send(now, b"first").unwrap();
         let first = drain(&mut a);
@@ -90,7 +75,7 @@ fn a_datagram_says_whether_it_was_new_authentic_and_accepted() {
 #[test]
 fn without_a_keyed_layer_a_refusal_proves_nothing() {
     for accel in [false, true] {
-        let (mut a, mut b) = pair("window(16):checksum", accel);
+        let (mut a, mut b) = spec_pair("window(16):checksum", accel);
         let now = Time(1_000);
         a.send(now, b"x").unwrap();
         let d = drain(&mut a);

@@ -97,3 +97,22 @@ pub fn exchange<S: LayerSet>(pair: &mut Pair<S>, msgs: &[Vec<u8>]) -> Vec<Vec<u8
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }
+
+/// Two connections of `spec` made for each other, accelerated or not.
+pub fn spec_pair(spec: &str, accel: bool) -> (phyllo::DynConnection, phyllo::DynConnection) {
+    let (a, b) = Config::pair(accel).unwrap();
+    (
+        Connection::from_spec(spec, a).unwrap(),
+        Connection::from_spec(spec, b).unwrap(),
+    )
+}
+
+/// The datagrams `c` has queued, as bytes (their buffers go back to it).
+pub fn drain(c: &mut phyllo::DynConnection) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while let Some(m) = c.poll_transmit() {
+        out.push(m.data().to_vec());
+        c.recycle(m);
+    }
+    out
+}
