@@ -1,5 +1,5 @@
 //! `bulk`: a file moved through a sealed, accelerated session between two processes
-//! (`phyllo serve` and `phyllo connect --file`, 64 MiB in 8 KiB messages, BLAKE3 checked at
+//! (`phyllo serve` and `phyllo connect --file`, 64 MiB in messages of at most 8 KiB, BLAKE3 checked at
 //! both ends), against raw UDP of the same datagram sizes with the same offloads and against
 //! the same transfer over quinn — all in the same run, rounds interleaved.
 //!
@@ -76,7 +76,8 @@ struct Round {
     datagram: usize,
     /// The sender's messages on the accelerator's fast path, of all it sent.
     fast: f64,
-    /// The end-to-end check's hashes over the file, in `connect`'s pieces, bytes per second.
+    /// The end-to-end check's hashes over the file, in the blocks `connect` hashes, bytes per
+    /// second.
     sha256: f64,
     blake3: f64,
     /// CPU (user + system) per file byte, ns: `connect`, `serve`; raw UDP's and quinn's both
@@ -95,7 +96,7 @@ fn per_byte(cpu: std::time::Duration, bytes: f64) -> f64 {
     cpu.as_nanos() as f64 / bytes.max(1.0)
 }
 
-/// SHA-256 and BLAKE3 over `data` in `piece`-byte updates, as `connect` and `serve` hash a
+/// SHA-256 and BLAKE3 over `data` in `piece`-byte updates, as `connect` hashes a
 /// transfer (one thread, the `sha2` and `blake3` crates with their runtime CPU dispatch):
 /// bytes per second of each, in the order given.
 fn hash_rates(data: &[u8], piece: usize) -> (f64, f64) {
@@ -190,7 +191,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
         let cpu_raw = per_byte(t1.saturating_sub(t0), datagrams * datagram as f64);
         let quinn = phyllo_quinn::quinn_bulk(&data, MESSAGE)?;
         let cpu_quinn = per_byte(own()?.saturating_sub(t1), bytes);
-        let (sha256, blake3) = hash_rates(&data, MESSAGE);
+        let (sha256, blake3) = hash_rates(&data, phyllo_cli::outgoing::BLOCK);
         // The seal of one datagram's body as `seal` sees it (the datagram less about 40 bytes:
         // the session header, the header area, a fragment header and the tag), and its open.
         let body = datagram.saturating_sub(40).max(64);
@@ -256,8 +257,9 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
     };
     let mut text = vec![
         format!(
-            "{} MiB in {MESSAGE}-byte messages, `{}` sealed and accelerated, BLAKE3 at both \
-             ends; raw UDP sends as many datagrams of the session's mean size with \
+            "{} MiB in messages of at most {MESSAGE} bytes (`connect --size {MESSAGE}`, which \
+             cuts each data message to a whole number of the session's fragments so that every \
+             datagram has one size), `{}` sealed and accelerated, BLAKE3 at both ends; raw UDP sends as many datagrams of the session's mean size with \
              segmentation offload and counts what arrives; quinn moves the same bytes on one \
              stream, hashed at both ends. {rounds} interleaved rounds: each ratio is the median \
              of the rounds' ratios, each MB/s the median of the rounds, with the smallest and \
@@ -278,9 +280,11 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
         ),
         format!(
             "The end-to-end check is BLAKE3, chosen by this measurement: over the same file in \
-             {MESSAGE}-byte updates on one thread, BLAKE3 hashed {} MB/s and SHA-256 {} MB/s \
+             {}-KiB updates on one thread (the blocks `connect` reads and hashes; `serve` \
+             hashes 1 MiB runs), BLAKE3 hashed {} MB/s and SHA-256 {} MB/s \
              (`bulk.hash_blake3_vs_sha256` = {}). At phyllo's rate that is {:.1} % of a core \
              per end for BLAKE3, against {:.1} % for SHA-256.",
+            phyllo_cli::outgoing::BLOCK >> 10,
             b3_mb.show(0, "rounds"),
             sha_mb.show(0, "rounds"),
             b3_vs_sha.show(2, "rounds"),
@@ -289,7 +293,7 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
         ),
         format!(
             "`bulk.sender_fast_path_ratio` = {}: of the messages `connect` sent, those the \
-             accelerator took on its fast path. A {MESSAGE}-byte message is cut by `frag`, and \
+             accelerator took on its fast path. A message of several fragments is cut by `frag`, and \
              fragments take the layered path by design (seed 004 §6: the fragment bit fails \
              the prediction), so this ratio stays near 0 for bulk in large messages.",
             fast.show(3, "rounds"),
@@ -313,7 +317,10 @@ fn measure(ctx: &Ctx, exe: &Path, dir: &Path) -> Result<Outcome> {
                 "BLAKE3 of the file".into(),
                 ns(hash),
                 ns(hash),
-                format!("one thread over the file in {MESSAGE}-byte updates (above)"),
+                format!(
+                    "one thread over the file in {}-KiB updates (above)",
+                    phyllo_cli::outgoing::BLOCK >> 10
+                ),
             ],
             vec![
                 "AES-256-GCM of each datagram's body".into(),
