@@ -157,7 +157,8 @@ impl Outgoing {
     }
 
     /// Bytes in the hash, from the start (those handed out, or hashed by a resume).
-    pub fn hashed(&mut self) -> u64 {
+    #[cfg(test)]
+    fn hashed(&mut self) -> u64 {
         self.settle();
         self.upto
     }

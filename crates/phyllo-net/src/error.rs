@@ -46,10 +46,12 @@ pub enum NetError {
     },
     /// A number of workers out of range (1 to
     /// [`SessionSocket::MAX_WORKERS`](crate::SessionSocket::MAX_WORKERS)).
-    #[error("{workers} workers: between 1 and 64")]
+    #[error("{workers} workers: between 1 and {max}")]
     Workers {
         /// The number asked for.
         workers: usize,
+        /// The most there may be.
+        max: usize,
     },
     /// [`SessionSocket::rebind`](crate::SessionSocket::rebind) on a socket whose port is its
     /// peers' address (one made with `bind_dedicating`).

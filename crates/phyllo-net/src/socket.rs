@@ -200,7 +200,10 @@ impl SessionSocket {
         workers: usize,
     ) -> Result<Vec<SessionSocket>, NetError> {
         if !(1..=Self::MAX_WORKERS).contains(&workers) {
-            return Err(NetError::Workers { workers });
+            return Err(NetError::Workers {
+                workers,
+                max: Self::MAX_WORKERS,
+            });
         }
         if workers == 1 {
             return Ok(vec![SessionSocket::bind_dedicating(
