@@ -13,6 +13,8 @@
 //! Without the accelerator: in debug builds its fast-path check copies every message that
 //! takes the fast path, to compare it with the layered path's result.
 
+mod handshake;
+
 use phyllo::msg::copied_bytes;
 use phyllo::{PeerId, StaticKey};
 use phyllo_net::{SessionSocket, DEFAULT_STACK};
@@ -78,16 +80,9 @@ impl Two {
         let local = "127.0.0.1:0".parse().unwrap();
         let mut server = SessionSocket::bind(local, sk, vec![cpub], stack, false).unwrap();
         let mut client = SessionSocket::bind(local, ck, vec![], stack, false).unwrap();
-        let now = client.now();
-        let peer = client
-            .endpoint_mut()
-            .connect(now, spub, server.local_addr());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !client.endpoint().is_established(peer) {
-            assert!(Instant::now() < deadline, "no session");
-            client.pump(Duration::from_millis(1)).unwrap();
-            server.pump(Duration::from_millis(1)).unwrap();
-        }
+        let peer = handshake::establish(&mut client, &mut server, spub, |s| {
+            s.pump(Duration::from_millis(1)).unwrap();
+        });
         Two {
             client,
             server,

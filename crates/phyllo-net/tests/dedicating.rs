@@ -2,9 +2,11 @@
 //! of its own; what the peer sent before that socket existed waits on the listening socket and
 //! must be taken before anything the new socket receives.
 
+mod handshake;
+
 use phyllo::StaticKey;
 use phyllo_net::{SessionSocket, DEFAULT_STACK};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Receive at most `max` buffers from each listening socket, then send what that produced;
 /// the buffers taken.
@@ -27,16 +29,9 @@ fn a_peer_given_its_own_socket_has_its_earlier_datagrams_taken_first() {
     let mut server =
         SessionSocket::bind_dedicating(local, sk, vec![cpub], DEFAULT_STACK, false).unwrap();
     let mut client = SessionSocket::bind(local, ck, vec![], DEFAULT_STACK, false).unwrap();
-    let now = client.now();
-    let peer = client
-        .endpoint_mut()
-        .connect(now, spub, server.local_addr());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !client.endpoint().is_established(peer) {
-        assert!(Instant::now() < deadline, "no session");
-        client.pump(Duration::from_millis(1)).unwrap();
-        serve_listeners(&mut server, 64);
-    }
+    let peer = handshake::establish(&mut client, &mut server, spub, |s| {
+        serve_listeners(s, 64);
+    });
     assert!(!server.has_opened(), "the handshake alone gives no socket");
     // A burst right after the handshake, all of it queued on the listening socket before the
     // server reads any.
