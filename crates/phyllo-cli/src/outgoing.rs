@@ -163,7 +163,7 @@ impl Outgoing {
         self.upto
     }
 
-    /// BLAKE3 of the bytes hashed so far ([`hashed`](Self::hashed)).
+    /// BLAKE3 of the bytes hashed so far: those handed out, and those a resume hashed.
     pub fn digest(&mut self) -> [u8; 32] {
         self.settle();
         *self.hash.finalize().as_bytes()
