@@ -318,17 +318,29 @@ impl<'a> Hdr<'a> {
 /// A predicted header being written by the layers (seed 004 §3.2): each layer writes the
 /// protocol-specific (and, for sending, gossip) fields it expects on the next message.
 pub struct Predict<'a> {
-    pub(crate) bytes: &'a mut [u8],
+    /// The whole header area; the prediction is its first `layout.header_len()` bytes.
+    pub(crate) bytes: &'a mut [u8; MAX_HEADER],
     pub(crate) layout: &'a Layout,
 }
 
 impl<'a> Predict<'a> {
     /// Write a predicted field.
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, h: FieldHandle, v: u64) {
+        match self.layout.put(h) {
+            Some(p) => p.put(self.bytes, v),
+            None => self.set_slow(h, v),
+        }
+    }
+
+    /// [`set`](Self::set) of a field without an eight-byte window.
+    #[cold]
+    #[inline(never)]
+    fn set_slow(&mut self, h: FieldHandle, v: u64) {
+        let hl = self.layout.header_len();
         self.layout
             .access(h)
-            .write(self.bytes, self.layout.order(), v)
+            .write(&mut self.bytes[..hl], self.layout.order(), v)
     }
 }
 

@@ -9,6 +9,7 @@
 
 use crate::field::{
     bit_mask, write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec,
+    Put,
 };
 use thiserror::Error;
 
@@ -105,6 +106,9 @@ pub struct Layout {
     upper_fields: Vec<Cover>,
     /// Every field resolved for `header_len`, indexed like `locs`.
     access: Vec<Access>,
+    /// Every field's write resolved for `header_len` and `order` (where it has a window),
+    /// indexed like `locs`.
+    puts: Vec<Option<Put>>,
     /// The bits that belong to some field (the rest is padding and must be zero).
     field_mask: Vec<u8>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
@@ -315,6 +319,10 @@ impl Layout {
             upper_fields: upper_fields(specs, &locs, layers, header_len),
             field_mask: bit_mask(&locs, header_len, order),
             access: locs.iter().map(|&l| Access::new(l, header_len)).collect(),
+            puts: locs
+                .iter()
+                .map(|&l| Put::of(&Access::new(l, header_len), order))
+                .collect(),
             names: specs.iter().map(|s| s.name).collect(),
             locs,
             header_len,
@@ -334,6 +342,12 @@ impl Layout {
     #[inline]
     pub fn access(&self, h: FieldHandle) -> Access {
         self.access[h.index()]
+    }
+
+    /// The write of the field behind `h` into header areas of this layout, if it has one.
+    #[inline(always)]
+    pub(crate) fn put(&self, h: FieldHandle) -> Option<Put> {
+        self.puts.get(h.index()).copied().flatten()
     }
 
     /// All locations, indexed by handle.

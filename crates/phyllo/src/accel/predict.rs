@@ -275,10 +275,10 @@ impl Predictions {
     pub(crate) fn refresh<S: LayerSet>(&mut self, core: &Core<S>) {
         let layout = core.layout();
         let hl = layout.header_len();
-        let ps = &mut self.send.bytes[..hl];
-        ps.copy_from_slice(&core.template()[..hl]);
-        let pd = &mut self.deliver.bytes[..hl];
-        pd.fill(0);
+        let ps = &mut self.send.bytes;
+        ps[..hl].copy_from_slice(&core.template()[..hl]);
+        let pd = &mut self.deliver.bytes;
+        pd[..hl].fill(0);
         let layers = core.layers();
         for i in 0..layers.count() {
             layers.predict_send_at(

@@ -24,11 +24,11 @@
 //! Nonce reuse: a precomputed keystream belongs to one counter value and is used only for a
 //! message under that value; `seal` never sends two messages under one counter.
 
+use super::clmul::{Clmul, RUN};
 use aes::cipher::{generic_array::GenericArray, BlockEncrypt, KeyInit};
 use aes::Aes256;
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
-use std::cell::Cell;
 use subtle::ConstantTimeEq;
 
 /// Keystream blocks computed ahead: 32 bytes cover a short message.
@@ -48,28 +48,87 @@ type Block = GenericArray<u8, aes::cipher::consts::U16>;
 /// An AES-256-GCM key, expanded (round keys and the GHASH key).
 pub struct Gcm {
     aes: Aes256,
-    /// GHASH as POLYVAL (RFC 8452, Appendix A): the key is mulX(reverse(H)), and blocks go
-    /// in and the result comes out byte-reversed. Used this way rather than through the
-    /// `ghash` crate, which reverses and hashes one block per call: here a message's blocks
-    /// go to POLYVAL in one batch.
-    polyval: Polyval,
-    /// The GHASH state after the last first block of associated data seen, with that block:
-    /// `seal`'s associated data starts with the connection's identification and cookie,
-    /// the same on every datagram, so its first block costs nothing after the first time.
-    prefix: Cell<Option<Prefix>>,
+    hash: HashKey,
 }
 
-/// A first block of associated data and the GHASH state after it.
-struct Prefix {
-    block: u128,
-    state: Polyval,
+/// GHASH's key, used as POLYVAL's (RFC 8452, Appendix A): the key is mulX(reverse(H)), and
+/// blocks go in and the result comes out byte-reversed. POLYVAL's order is the one the
+/// carry-less multiply computes in without reflecting bits.
+enum HashKey {
+    /// The key's first [`RUN`] powers, for the carry-less multiply ([`super::clmul`]): a
+    /// message's blocks are summed and reduced once.
+    Clmul(Clmul, [u128; RUN]),
+    /// The key, for `polyval`'s own code (a CPU without the instruction), block by block.
+    Polyval(Block),
 }
 
-/// GHASH's blocks, batched for POLYVAL.
-struct Ghash {
-    polyval: Polyval,
-    batch: [Block; 8],
+impl HashKey {
+    /// The key, with its powers where `clmul` says the CPU has the instruction.
+    fn new(key: Block, clmul: Option<Clmul>) -> HashKey {
+        match clmul {
+            Some(c) => {
+                let k = u128::from_le_bytes(key.into());
+                let mut powers = [k; RUN];
+                for j in 1..RUN {
+                    powers[j] = c.dot(powers[j - 1], k);
+                }
+                HashKey::Clmul(c, powers)
+            }
+            None => HashKey::Polyval(key),
+        }
+    }
+
+    /// `state` after POLYVAL absorbed `blocks` (at most [`RUN`]).
+    #[inline(always)]
+    fn absorb(&self, state: u128, blocks: &[u128]) -> u128 {
+        match self {
+            HashKey::Clmul(c, powers) => c.absorb(state, blocks, powers),
+            HashKey::Polyval(key) => {
+                // `polyval` reads the initial state as a big-endian integer.
+                let mut p = Polyval::new_with_init_block(key, state.swap_bytes());
+                for b in blocks {
+                    p.update(&[b.to_le_bytes().into()]);
+                }
+                u128::from_le_bytes(p.finalize().into())
+            }
+        }
+    }
+}
+
+/// `data ^= key`, eight bytes at a time (as long as each other).
+#[inline(always)]
+fn xor(data: &mut [u8], key: &[u8]) {
+    let mut d = data.chunks_exact_mut(8);
+    let mut k = key.chunks_exact(8);
+    for (d, k) in (&mut d).zip(&mut k) {
+        let word = |b: &[u8]| b.first_chunk::<8>().map_or(0, |c| u64::from_ne_bytes(*c));
+        d.copy_from_slice(&(word(d) ^ word(k)).to_ne_bytes());
+    }
+    for (d, k) in d.into_remainder().iter_mut().zip(k.remainder()) {
+        *d ^= k;
+    }
+}
+
+/// GHASH's blocks, gathered in runs of [`RUN`] for [`HashKey::absorb`].
+struct Run {
+    blocks: [u128; RUN],
     filled: usize,
+    /// The state after the runs absorbed so far.
+    state: u128,
+}
+
+impl Run {
+    /// Add the block whose bytes are `block` little-endian (GHASH's byte order).
+    #[inline(always)]
+    fn push(&mut self, key: &HashKey, block: u128) {
+        // POLYVAL takes the bytes reversed.
+        self.blocks[self.filled] = block.swap_bytes();
+        self.filled += 1;
+        if self.filled == RUN {
+            self.state = key.absorb(self.state, &self.blocks);
+            self.filled = 0;
+        }
+    }
 }
 
 /// The first `min(16, len)` bytes of `d` as a little-endian integer, zero-padded: two loads
@@ -89,35 +148,6 @@ fn padded_block(d: &[u8]) -> u128 {
         let mut b = [0u8; 8];
         b[..n].copy_from_slice(&d[..n]);
         u128::from(u64::from_le_bytes(b))
-    }
-}
-
-impl Ghash {
-    /// Absorb the block whose bytes are `block` little-endian (GHASH's byte order).
-    #[inline(always)]
-    fn block(&mut self, block: u128) {
-        // POLYVAL takes the bytes reversed.
-        self.batch[self.filled] = block.swap_bytes().to_le_bytes().into();
-        self.filled += 1;
-        if self.filled == self.batch.len() {
-            self.polyval.update(&self.batch);
-            self.filled = 0;
-        }
-    }
-
-    /// Absorb `data`, zero-padded to whole blocks.
-    #[inline(always)]
-    fn padded(&mut self, data: &[u8]) {
-        for c in data.chunks(16) {
-            self.block(padded_block(c));
-        }
-    }
-
-    /// The GHASH value.
-    fn finish(mut self) -> [u8; 16] {
-        self.polyval.update(&self.batch[..self.filled]);
-        let out: [u8; 16] = self.polyval.finalize().into();
-        u128::from_le_bytes(out).swap_bytes().to_le_bytes()
     }
 }
 
@@ -154,14 +184,18 @@ impl Ahead {
 impl Gcm {
     /// Expand `key`.
     pub fn new(key: &[u8; 32]) -> Gcm {
+        Gcm::with_clmul(key, Clmul::detect())
+    }
+
+    /// Expand `key`, for the carry-less multiply if `clmul`, else for `polyval`'s code.
+    fn with_clmul(key: &[u8; 32], clmul: Option<Clmul>) -> Gcm {
         let aes = Aes256::new(key.into());
         let mut h = Block::default();
         aes.encrypt_block(&mut h);
         h.reverse();
         Gcm {
             aes,
-            polyval: Polyval::new(&polyval::mulx(&h)),
-            prefix: Cell::new(None),
+            hash: HashKey::new(polyval::mulx(&h), clmul),
         }
     }
 
@@ -206,9 +240,7 @@ impl Gcm {
     fn apply(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
         let pre: &[u8] = Self::ahead_for(ahead, counter).map_or(&[], |a| &a.stream);
         let n = data.len().min(pre.len());
-        for (d, k) in data[..n].iter_mut().zip(pre) {
-            *d ^= k;
-        }
+        xor(&mut data[..n], &pre[..n]);
         // The rest, eight blocks per call so AES-NI pipelines them. `n` is a whole number
         // of blocks here (it is the keystream kept ahead, or zero).
         let mut next = 2 + (n / 16) as u32;
@@ -220,53 +252,58 @@ impl Gcm {
                 next = next.wrapping_add(1);
             }
             self.aes.encrypt_blocks(&mut ks[..blocks]);
-            for (d, k) in chunk.iter_mut().zip(ks.iter().flatten()) {
-                *d ^= k;
+            for (d, k) in chunk.chunks_mut(16).zip(&ks) {
+                xor(d, &k[..d.len()]);
             }
         }
     }
 
-    /// GHASH of the associated data and the ciphertext, XOR `mask`: the tag.
-    fn tag(&self, ad: &[u8], ct: &[u8], mask: &[u8; 16]) -> [u8; 16] {
-        let (polyval, rest) = match ad.first_chunk::<16>() {
-            Some(first) => (self.after(u128::from_le_bytes(*first)), &ad[16..]),
-            None => (self.polyval.clone(), ad),
-        };
-        let mut g = Ghash {
-            polyval,
-            batch: [Block::default(); 8],
-            filled: 0,
-        };
-        g.padded(rest);
-        g.padded(ct);
+    /// GHASH of the associated data and the ciphertext, XOR `mask`: the tag (its bytes as a
+    /// little-endian integer). The blocks are gathered in runs of [`RUN`], each absorbed at
+    /// once: a short message is one run.
+    #[inline]
+    fn tag(&self, ad: &[u8], ct: &[u8], mask: &[u8; 16]) -> u128 {
         // The lengths block: both bit lengths big-endian, as bytes.
         let bits = |n: usize| u128::from(u64::from_le_bytes((n as u64 * 8).to_be_bytes()));
-        g.block(bits(ad.len()) | bits(ct.len()) << 64);
-        let mut t = g.finish();
-        for (t, m) in t.iter_mut().zip(mask) {
-            *t ^= m;
-        }
-        t
-    }
-
-    /// The GHASH state after the associated data's first block `first`, from the cache when
-    /// it is the last one seen.
-    #[inline]
-    fn after(&self, first: u128) -> Polyval {
-        if let Some(p) = self.prefix.take() {
-            if p.block == first {
-                let state = p.state.clone();
-                self.prefix.set(Some(p));
-                return state;
+        let lengths = bits(ad.len()) | bits(ct.len()) << 64;
+        let mask = u128::from_le_bytes(*mask);
+        if let HashKey::Clmul(c, powers) = &self.hash {
+            if ad.len() <= 32 && ct.len() <= 32 {
+                // A short message (a header's associated data, a small body): at most five
+                // blocks, gathered without a loop. POLYVAL takes the bytes reversed.
+                let mut blocks = [0u128; 5];
+                let mut n = 0;
+                for d in [ad, ct] {
+                    if !d.is_empty() {
+                        blocks[n] = padded_block(d).swap_bytes();
+                        n += 1;
+                    }
+                    if d.len() > 16 {
+                        blocks[n] = padded_block(&d[16..]).swap_bytes();
+                        n += 1;
+                    }
+                }
+                blocks[n] = lengths.swap_bytes();
+                return c.absorb(0, &blocks[..=n], powers).swap_bytes() ^ mask;
             }
         }
-        let mut state = self.polyval.clone();
-        state.update(&[first.swap_bytes().to_le_bytes().into()]);
-        self.prefix.set(Some(Prefix {
-            block: first,
-            state: state.clone(),
-        }));
-        state
+        let mut run = Run {
+            blocks: [0; RUN],
+            filled: 0,
+            state: 0,
+        };
+        for c in ad.chunks(16) {
+            run.push(&self.hash, padded_block(c));
+        }
+        for c in ct.chunks(16) {
+            run.push(&self.hash, padded_block(c));
+        }
+        run.push(&self.hash, lengths);
+        let ghash = self
+            .hash
+            .absorb(run.state, &run.blocks[..run.filled])
+            .swap_bytes();
+        ghash ^ mask
     }
 
     /// Encrypt `data` in place under the nonce of `counter` with associated data `ad`; the tag.
@@ -282,7 +319,7 @@ impl Gcm {
             return Err(TooLong);
         }
         self.apply(ahead, counter, data);
-        Ok(self.tag(ad, data, &self.mask(ahead, counter)))
+        Ok(self.tag(ad, data, &self.mask(ahead, counter)).to_le_bytes())
     }
 
     /// Check `tag` over `ad` and the ciphertext `data` under the nonce of `counter` and, if
@@ -298,7 +335,8 @@ impl Gcm {
         if data.len() as u64 > MAX_LEN {
             return false;
         }
-        if !bool::from(self.tag(ad, data, &self.mask(ahead, counter)).ct_eq(tag)) {
+        let want = self.tag(ad, data, &self.mask(ahead, counter));
+        if !bool::from(want.ct_eq(&u128::from_le_bytes(*tag))) {
             return false;
         }
         self.apply(ahead, counter, data);
@@ -324,10 +362,16 @@ mod tests {
         b.iter().map(|x| format!("{x:02x}")).collect()
     }
 
-    /// The GCM specification's test cases 13 and 14 (AES-256, zero key and IV).
+    /// The GCM specification's test cases 13 and 14 (AES-256, zero key and IV), both ways of
+    /// hashing.
     #[test]
     fn gcm_spec_vectors() {
-        let g = Gcm::new(&[0; 32]);
+        for clmul in [Clmul::detect(), None] {
+            spec_vectors(&Gcm::with_clmul(&[0; 32], clmul));
+        }
+    }
+
+    fn spec_vectors(g: &Gcm) {
         let t = g.seal(None, 0, &[], &mut []).unwrap();
         assert_eq!(hex(&t), "530f8afbc74536b9a963b4f1c4cb738b");
         let mut text = [0u8; 16];
@@ -347,8 +391,11 @@ mod tests {
             body in proptest::collection::vec(any::<u8>(), 0..300),
             ahead_of in 0u8..3,
             flip in any::<usize>(),
+            portable in any::<bool>(),
         ) {
-            let g = Gcm::new(&key);
+            // Both ways of hashing: the carry-less multiply (where the CPU has it) and
+            // `polyval`'s code.
+            let g = Gcm::with_clmul(&key, if portable { None } else { Clmul::detect() });
             let ahead = match ahead_of {
                 0 => None,
                 1 => Some(g.ahead(counter)),

@@ -1,6 +1,7 @@
 //! The built-in layers: `window`, `frag`, `checksum`, `seal`.
 
 mod checksum;
+mod clmul;
 mod frag;
 pub mod gcm;
 pub mod sack;
