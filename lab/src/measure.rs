@@ -569,16 +569,27 @@ pub fn critical_path_instructions(
     Ok(CriticalPathInstructions {
         send: count("phyllo_cp_send")?,
         deliver: count("phyllo_cp_deliver")?,
+        post: count("phyllo_cp_post")?,
     })
 }
 
-/// Instructions per message on the send and delivery critical paths.
+/// Instructions per message on the send and delivery critical paths, and off them.
 #[derive(Clone, Copy, Debug)]
 pub struct CriticalPathInstructions {
     /// Per send (`phyllo_cp_send`).
     pub send: f64,
     /// Per delivery (`phyllo_cp_deliver`).
     pub deliver: f64,
+    /// Deferred post-processing per message (`phyllo_cp_post`): none on the layered path,
+    /// whose post-phases run inside the send and the delivery.
+    pub post: f64,
+}
+
+impl CriticalPathInstructions {
+    /// Everything per message: both critical paths and the deferred work.
+    pub fn total(&self) -> f64 {
+        self.send + self.deliver + self.post
+    }
 }
 
 /// The send critical path as one function, so callgrind's `--toggle-collect=phyllo_cp_send`

@@ -471,6 +471,14 @@ impl<S: LayerSet> Connection<S> {
         }
     }
 
+    /// Whether the stack has a layer that numbers what it takes
+    /// ([`Layer::acked_prefix`](crate::Layer::acked_prefix)): then
+    /// [`delivery_mark`](Self::delivery_mark) confirms messages while others are in flight, as
+    /// soon as the accelerator's deferred work has run.
+    pub fn numbers_messages(&self) -> bool {
+        self.core.layers().acked_prefix().is_some()
+    }
+
     /// Whether the peer acknowledged everything sent before `mark` (a mark of this
     /// connection's).
     pub fn acknowledged_to(&self, mark: &DeliveryMark) -> bool {

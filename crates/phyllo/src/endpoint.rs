@@ -917,12 +917,19 @@ impl<S: LayerSet> Session<S> {
         }
     }
 
-    /// Run the accelerator's deferred post-processing now (the send about to happen would
-    /// run it first anyway) and confirm: in a request-response exchange the moment when
-    /// everything sent is acknowledged lies between a delivery's deferred work and the next
-    /// send, and is seen only here.
+    /// Before a send: confirm what can be confirmed now. For a stack whose layers number what
+    /// they take ([`Connection::numbers_messages`], every stack with `window`) that waits:
+    /// the accelerator's deferred post-processing runs after the datagram left (the driver's
+    /// timers, [`SessionEndpoint::handle_timeout`]), and the marks confirm there what the
+    /// peer acknowledged, so a reply never carries the last delivery's post-processing on its
+    /// critical path (seed 004 §3.1). Any other stack is confirmed only when everything sent
+    /// was acknowledged, a moment which, in a request-response exchange, lies between a
+    /// delivery's deferred work and the next send: for it the deferred work runs here.
     fn settle(&mut self, now: Time, pool: &mut Pool) {
-        if !self.unconfirmed.is_empty() && self.conn.needs_post_process() {
+        if !self.unconfirmed.is_empty()
+            && self.conn.needs_post_process()
+            && !self.conn.numbers_messages()
+        {
             self.conn.post_process(now);
             self.confirm(pool);
         }

@@ -111,6 +111,14 @@ pub const GOALS: &[Goal] = &[
     ),
     at_most("accel.sealed_critical_path_ratio", "ratio", 0.40),
     at_most("accel.sealed_vs_unsealed_critical_path", "ratio", 2.5),
+    anchored(
+        at_most("accel.total_instructions_ratio", "ratio", 1.0),
+        "seed 004: deferred work moves off the critical path, it does not grow",
+    ),
+    anchored(
+        at_most("accel.sealed_total_instructions_ratio", "ratio", 1.0),
+        "seed 004: deferred work moves off the critical path, it does not grow",
+    ),
     at_most("accel.rtt_ratio_vs_raw_udp", "ratio", 1.10),
     at_most("accel.sealed_rtt_ratio_vs_raw_udp", "ratio", 1.20),
     anchored(

@@ -258,15 +258,14 @@ impl Gcm {
         }
     }
 
-    /// GHASH of the associated data and the ciphertext, XOR `mask`: the tag (its bytes as a
-    /// little-endian integer). The blocks are gathered in runs of [`RUN`], each absorbed at
+    /// GHASH of the associated data and the ciphertext (its bytes as a little-endian
+    /// integer): XOR the tag mask, the tag. The blocks are gathered in runs of [`RUN`], each absorbed at
     /// once: a short message is one run.
     #[inline]
-    fn tag(&self, ad: &[u8], ct: &[u8], mask: &[u8; 16]) -> u128 {
+    fn ghash(&self, ad: &[u8], ct: &[u8]) -> u128 {
         // The lengths block: both bit lengths big-endian, as bytes.
         let bits = |n: usize| u128::from(u64::from_le_bytes((n as u64 * 8).to_be_bytes()));
         let lengths = bits(ad.len()) | bits(ct.len()) << 64;
-        let mask = u128::from_le_bytes(*mask);
         if let HashKey::Clmul(c, powers) = &self.hash {
             if ad.len() <= 32 && ct.len() <= 32 {
                 // A short message (a header's associated data, a small body): at most five
@@ -284,7 +283,7 @@ impl Gcm {
                     }
                 }
                 blocks[n] = lengths.swap_bytes();
-                return c.absorb(0, &blocks[..=n], powers).swap_bytes() ^ mask;
+                return c.absorb(0, &blocks[..=n], powers).swap_bytes();
             }
         }
         let mut run = Run {
@@ -299,11 +298,9 @@ impl Gcm {
             run.push(&self.hash, padded_block(c));
         }
         run.push(&self.hash, lengths);
-        let ghash = self
-            .hash
+        self.hash
             .absorb(run.state, &run.blocks[..run.filled])
-            .swap_bytes();
-        ghash ^ mask
+            .swap_bytes()
     }
 
     /// Encrypt `data` in place under the nonce of `counter` with associated data `ad`; the tag.
@@ -315,11 +312,20 @@ impl Gcm {
         ad: &[u8],
         data: &mut [u8],
     ) -> Result<[u8; TAG_LEN], TooLong> {
+        if let Some(a) = Self::ahead_for(ahead, counter) {
+            if data.len() <= AHEAD_BYTES {
+                // The usual short message: an XOR with the keystream computed ahead, GHASH,
+                // and the tag mask computed ahead.
+                xor(data, &a.stream[..data.len()]);
+                return Ok((self.ghash(ad, data) ^ u128::from_le_bytes(a.mask)).to_le_bytes());
+            }
+        }
         if data.len() as u64 > MAX_LEN {
             return Err(TooLong);
         }
         self.apply(ahead, counter, data);
-        Ok(self.tag(ad, data, &self.mask(ahead, counter)).to_le_bytes())
+        let mask = u128::from_le_bytes(self.mask(ahead, counter));
+        Ok((self.ghash(ad, data) ^ mask).to_le_bytes())
     }
 
     /// Check `tag` over `ad` and the ciphertext `data` under the nonce of `counter` and, if
@@ -335,8 +341,20 @@ impl Gcm {
         if data.len() as u64 > MAX_LEN {
             return false;
         }
-        let want = self.tag(ad, data, &self.mask(ahead, counter));
-        if !bool::from(want.ct_eq(&u128::from_le_bytes(*tag))) {
+        let tag = u128::from_le_bytes(*tag);
+        if let Some(a) = Self::ahead_for(ahead, counter) {
+            if data.len() <= AHEAD_BYTES {
+                // The usual short message, as in `seal`.
+                let want = self.ghash(ad, data) ^ u128::from_le_bytes(a.mask);
+                if !bool::from(want.ct_eq(&tag)) {
+                    return false;
+                }
+                xor(data, &a.stream[..data.len()]);
+                return true;
+            }
+        }
+        let want = self.ghash(ad, data) ^ u128::from_le_bytes(self.mask(ahead, counter));
+        if !bool::from(want.ct_eq(&tag)) {
             return false;
         }
         self.apply(ahead, counter, data);
