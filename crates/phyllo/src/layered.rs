@@ -21,7 +21,7 @@ use crate::layer::{
     Cx, DropReason, Handoff, HeaderCopy, InitCx, LayerCounters, Origin, Packet, Refusals,
     RefusedAt, Verdict,
 };
-use crate::layout::{FieldRegistry, Layout};
+use crate::layout::{FieldRegistry, Layout, MAX_HEADER};
 use crate::msg::{Msg, Pool};
 use crate::plpmtu::PathMtu;
 use crate::ready::{Ready, Split};
@@ -266,10 +266,11 @@ impl<S: LayerSet> Core<S> {
         self.template.set(header);
     }
 
-    /// The header area layer-originated messages start from.
+    /// The header area layer-originated messages start from, whole (its first `header_len`
+    /// bytes hold it).
     #[inline(always)]
-    pub(crate) fn template(&self) -> &[u8] {
-        &self.template.bytes[..self.template.len]
+    pub(crate) fn template_area(&self) -> &[u8; MAX_HEADER] {
+        &self.template.bytes
     }
 
     /// Say which byte order the next delivery's header was written in.

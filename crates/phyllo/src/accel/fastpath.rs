@@ -517,8 +517,18 @@ impl Accelerator {
     }
 
     /// Run the deferred post-processing, then send the backlog packed (seed 004 §3.4).
+    /// Nothing to do costs a check.
+    #[inline]
     pub(crate) fn post_process<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
         self.last = now;
+        if self.actionable(core) {
+            self.post_process_pending(core, now);
+        }
+    }
+
+    /// [`post_process`](Self::post_process) with something to do.
+    #[inline(never)]
+    fn post_process_pending<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
         loop {
             // A pending delivery is older than a pending send (receiving runs the pending
             // post-processing first), so it goes first.

@@ -274,11 +274,12 @@ impl Predictions {
     /// prediction from zero (only its protocol-specific bits are compared).
     pub(crate) fn refresh<S: LayerSet>(&mut self, core: &Core<S>) {
         let layout = core.layout();
-        let hl = layout.header_len();
+        // Whole header areas, copied and cleared with fixed-size moves (the bytes past the
+        // header are zero in the template too).
         let ps = &mut self.send.bytes;
-        ps[..hl].copy_from_slice(&core.template()[..hl]);
+        *ps = *core.template_area();
         let pd = &mut self.deliver.bytes;
-        pd[..hl].fill(0);
+        *pd = [0; MAX_HEADER];
         let layers = core.layers();
         for i in 0..layers.count() {
             layers.predict_send_at(
