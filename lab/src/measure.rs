@@ -573,6 +573,38 @@ pub fn critical_path_instructions(
     })
 }
 
+/// Instructions per message inside each of `funcs` (callgrind `--toggle-collect` patterns,
+/// `*` matching anything), over the same loop as [`critical_path_instructions`]: a layer's
+/// phases, say, wherever they run.
+pub fn function_instructions(
+    exe: &std::path::Path,
+    spec: &str,
+    accel: bool,
+    rounds: usize,
+    funcs: &[&str],
+) -> Result<Vec<f64>> {
+    use phyllo_analyze::capture::{callgrind, Workload};
+    let mut args = vec![
+        "critical-path".to_string(),
+        "--stack".into(),
+        spec.into(),
+        "--rounds".into(),
+        rounds.to_string(),
+    ];
+    if accel {
+        args.push("--accel".into());
+    }
+    let w = Workload {
+        program: exe.to_path_buf(),
+        args,
+    };
+    let calls = (2 * critical_path_rounds(rounds)) as f64;
+    funcs
+        .iter()
+        .map(|f| Ok(callgrind(&w, f, None)?.get("Ir") as f64 / calls))
+        .collect()
+}
+
 /// Instructions per message on the send and delivery critical paths, and off them.
 #[derive(Clone, Copy, Debug)]
 pub struct CriticalPathInstructions {

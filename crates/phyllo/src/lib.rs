@@ -95,6 +95,8 @@
 //! ```
 
 #![warn(missing_docs)]
+// `unsafe` is allowed in one module only, `layers::clmul`: the call into GHASH's carry-less
+// multiply, made once the CPU was found to have the instruction.
 #![deny(unsafe_code)]
 
 pub mod accel;

@@ -9,7 +9,7 @@
 
 use super::rtt::{SPEC3, SPEC4};
 use crate::measure::{
-    critical_path, critical_path_instructions, median, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
+    critical_path, critical_path_instructions, function_instructions, median, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
     stream_udp,
 };
 use crate::rawudp::{raw_pingpong, PingPongConfig};
@@ -182,6 +182,11 @@ impl Experiment for Accel {
                 .push_str(&format!(" — instruction counts unavailable: {note}"));
         }
         tables.push(cp);
+        if let Some(exe) = &exe {
+            if let Some(t) = seal_phases(exe, irounds, &mut figures) {
+                tables.push(t);
+            }
+        }
 
         // 3. Hit ratio, streaming and ping-pong, lossless in-memory link.
         let count = if q { 200_000 } else { 2_000_000 };
@@ -679,4 +684,40 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
         table,
         plots,
     })
+}
+
+/// The `seal` layer's four phases on the sealed stack, instructions per message on each path
+/// (callgrind, toggled on the phase's function): the pre-phases are on the critical path on
+/// both; the post-phases (the next nonce's keystream and tag mask, the replay window) are on
+/// it on the layered path and deferred on the accelerated one. `None` (and nothing reported)
+/// where callgrind cannot run.
+fn seal_phases(
+    exe: &std::path::Path,
+    rounds: usize,
+    figures: &mut Vec<(String, f64)>,
+) -> Option<Table> {
+    const PHASES: [&str; 4] = ["pre_send", "pre_deliver", "post_send", "post_deliver"];
+    let funcs = PHASES.map(|p| format!("*Seal as phyllo::layer::Layer>::{p}"));
+    let funcs: Vec<&str> = funcs.iter().map(String::as_str).collect();
+    let mut t = Table {
+        title: format!(
+            "The `seal` layer's phases on `{SPEC4}`, instructions per message (callgrind, \
+             {rounds} round trips): pre-phases on the critical path on both paths; post-phases \
+             on it on the layered path, deferred on the accelerated one"
+        ),
+        headers: ["accelerator", "pre_send", "pre_deliver", "post_send", "post_deliver"]
+            .map(String::from)
+            .to_vec(),
+        rows: vec![],
+    };
+    for on in [false, true] {
+        let v = function_instructions(exe, SPEC4, on, rounds, &funcs).ok()?;
+        if on {
+            figures.push(("accel.seal_critical_path_instructions".into(), v[0] + v[1]));
+        }
+        let mut row = vec![onoff(on).to_string()];
+        row.extend(v.iter().map(|x| format!("{x:.0}")));
+        t.rows.push(row);
+    }
+    Some(t)
 }

@@ -119,7 +119,7 @@ impl Experiment for Aead {
                 "Cheapest for 8-byte messages here: **{}**. `seal` uses AES-256-GCM by default \
                  — byte for byte ring's, but split at the nonce so that the keystream and tag \
                  mask of the next (predicted) nonce are computed in post-processing, off the \
-                 critical path (RustCrypto's `aes` and `polyval`) — and ring's \
+                 critical path (RustCrypto's `aes`; GHASH by the carry-less multiply, its products summed and reduced once per message) — and ring's \
                  ChaCha20-Poly1305 with `seal(chacha)`.",
                 which.name()
             ));
