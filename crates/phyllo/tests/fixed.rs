@@ -36,8 +36,13 @@ fn wire<S: LayerSet>(mut p: Pair<S>, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Loss, duplication, reordering and delay, but no corruption: these stacks have no checksum.
 fn faulty(seed: u64) -> MemLink {
-    MemLink::new(faults(&mut rng(seed ^ 0xf1)), seed)
+    let f = phyllo::faults::Faults {
+        corrupt: 0.0,
+        ..faults(&mut rng(seed ^ 0xf1))
+    };
+    MemLink::new(f, seed)
 }
 
 #[test]
