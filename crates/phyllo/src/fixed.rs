@@ -298,8 +298,11 @@ impl Slot {
     }
 }
 
+/// The types a constant place is computed from, as a marker that owns none of them.
+type Marker<L, P, T> = PhantomData<fn() -> (L, P, T)>;
+
 /// The fields of layer `L` under the headers `P` in a [`Fixed`] stack `T`: constant places.
-pub struct At<L, P, T>(PhantomData<fn() -> (L, P, T)>);
+pub struct At<L, P, T>(Marker<L, P, T>);
 
 impl<L, P, T> Clone for At<L, P, T> {
     fn clone(&self) -> Self {
