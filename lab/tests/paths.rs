@@ -267,3 +267,13 @@ fn bad_input_is_refused_without_a_panic() {
         }
     }
 }
+
+#[test]
+fn pin_places_the_tall_stacks_fields_at_compile_time() {
+    // PIN's tall stack computes the layout the connection compiles at run time, so its
+    // pre-phases take the constant places (the wire is checked above against every version).
+    for role in [Role::Initiator, Role::Responder] {
+        let c = Connection::new(phyllo_lab::paths::tall_pin(), Config::new(role)).unwrap();
+        assert!(c.layers().places_hold(c.layout()));
+    }
+}

@@ -113,6 +113,8 @@ pub struct Layout {
     field_mask: Vec<u8>,
     /// Bit range of each class (indexed like [`FieldClass::ALL`]); empty for per-layer layouts.
     class_spans: [(u32, u32); 4],
+    /// The alignment of a per-layer layout ([`Layout::per_layer_aligned`]); 0 for others.
+    per_layer: usize,
 }
 
 impl Layout {
@@ -175,8 +177,11 @@ impl Layout {
             base_bits += bytes as u32 * 8;
         }
         let header_len = base_bits as usize / 8;
-        Layout::from_locs(specs, layers, locs, header_len, ByteOrder::Big)
-            .map(|l| Layout { layer_spans, ..l })
+        Layout::from_locs(specs, layers, locs, header_len, ByteOrder::Big).map(|l| Layout {
+            layer_spans,
+            per_layer: align,
+            ..l
+        })
     }
 
     /// The Protocol Accelerator's compact layout (seed 004 §2.1): fields are grouped by class,
@@ -329,6 +334,7 @@ impl Layout {
             order,
             layer_spans: Vec::new(),
             class_spans: [(0, 0); 4],
+            per_layer: 0,
         })
     }
 
@@ -381,6 +387,13 @@ impl Layout {
     #[inline]
     pub fn order(&self) -> ByteOrder {
         self.order
+    }
+
+    /// The alignment of each layer's header if this is a per-layer layout
+    /// ([`Layout::per_layer_aligned`]), else `None`.
+    #[inline(always)]
+    pub fn per_layer_alignment(&self) -> Option<usize> {
+        (self.per_layer > 0).then_some(self.per_layer)
     }
 
     /// Byte ranges of each layer's own header (empty for cross-layer layouts).

@@ -107,6 +107,7 @@ pub mod endpoint;
 pub mod faults;
 pub mod field;
 pub mod filter;
+pub mod fixed;
 pub mod inet;
 pub mod layer;
 mod layered;

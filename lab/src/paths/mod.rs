@@ -27,6 +27,7 @@ pub mod tcpip;
 
 use frame::Eth;
 use phyllo::conn::{BuildError, Config, Connection};
+use phyllo::fixed::Fixed;
 use phyllo::layer::Role;
 use phyllo::layers::{Frag, Ports, Window, WindowConfig};
 use phyllo::stack::{DynStack, LayerSet};
@@ -174,8 +175,10 @@ fn chan<const O: bool>() -> Window<O> {
 /// The short stack, static (path-inlined) form, outlined.
 pub type ShortPin = (Window<true>, (Ip<true>, (Eth<true>, ())));
 
-/// The tall stack, static (path-inlined) form, outlined.
-pub type TallPin = (
+/// The tall stack, static (path-inlined) form, outlined, with its header layout computed at
+/// compile time ([`phyllo::fixed`]): every layer declares its fields, so field offsets and
+/// masks are constants in the inlined path.
+pub type TallPin = Fixed<(
     XrpcTest<true>,
     (
         MSelect<true>,
@@ -187,7 +190,7 @@ pub type TallPin = (
             ),
         ),
     ),
-);
+)>;
 
 /// The short stack, static form.
 pub fn short_pin(role: Role) -> ShortPin {
@@ -196,7 +199,7 @@ pub fn short_pin(role: Role) -> ShortPin {
 
 /// The tall stack, static form.
 pub fn tall_pin() -> TallPin {
-    phyllo::stack!(
+    phyllo::fixed_stack!(
         XrpcTest::new(),
         MSelect::new(),
         VChan::new(),

@@ -10,6 +10,7 @@
 //! on the way down, check them on the way up — and refuses what does not belong, counted.
 
 use phyllo::field::{FieldClass, FieldHandle};
+use phyllo::fixed::{declare, FieldDecl, FixedFields, Slots};
 use phyllo::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
 use phyllo::layout::FieldRegistry;
 use phyllo::outline::cold;
@@ -18,7 +19,7 @@ use phyllo::outline::cold;
 /// initiator) or a reply (from the responder), and the call it belongs to.
 #[derive(Debug, Default)]
 pub struct XrpcTest<const O: bool> {
-    f: Option<(FieldHandle, FieldHandle)>,
+    f: Option<[FieldHandle; 2]>,
     role: Option<Role>,
     /// Calls sent (requests made or replies given).
     calls: u64,
@@ -55,18 +56,14 @@ impl<const O: bool> Layer for XrpcTest<O> {
 
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
         self.role = Some(cx.role);
-        self.f = Some((
-            fields.add_field(FieldClass::ProtoSpecific, "rr", 1, None),
-            fields.add_field(FieldClass::ProtoSpecific, "call", 16, None),
-        ));
+        self.f = Some(declare(fields, &XRPC_FIELDS));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some((rr, call)) = self.f {
-            pkt.set(rr, self.sends());
-            pkt.set(call, self.calls & 0xffff);
+        match &self.f {
+            Some(f) => self.pre_send_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
@@ -74,20 +71,42 @@ impl<const O: bool> Layer for XrpcTest<O> {
     }
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let Some((rr, call)) = self.f else {
-            return Verdict::Continue;
-        };
-        // Requests come to the responder, replies to the initiator, one call after another
-        // (the channel below delivers exactly once, in order).
-        if pkt.get(rr) == self.sends() || pkt.get(call) != self.received & 0xffff {
-            cold::<O>();
-            return Verdict::Drop(DropReason::Malformed);
+        match &self.f {
+            Some(f) => self.pre_deliver_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_deliver(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
         self.received += 1;
+    }
+}
+
+/// `xrpctest`'s fields: request or reply, and the call.
+const XRPC_FIELDS: [FieldDecl; 2] = [
+    FieldDecl::new(FieldClass::ProtoSpecific, "rr", 1),
+    FieldDecl::new(FieldClass::ProtoSpecific, "call", 16),
+];
+
+impl<const O: bool> FixedFields for XrpcTest<O> {
+    const FIELDS: &'static [FieldDecl] = &XRPC_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        f.set::<0>(pkt, self.sends());
+        f.set::<1>(pkt, self.calls & 0xffff);
+        Verdict::Continue
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        // Requests come to the responder, replies to the initiator, one call after another
+        // (the channel below delivers exactly once, in order).
+        if f.get::<0>(pkt) == self.sends() || f.get::<1>(pkt) != self.received & 0xffff {
+            cold::<O>();
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        Verdict::Continue
     }
 }
 
@@ -100,7 +119,7 @@ pub const TEST_PROCEDURE: u64 = 3;
 /// served, with a count per procedure.
 #[derive(Debug, Default)]
 pub struct MSelect<const O: bool> {
-    f: Option<FieldHandle>,
+    f: Option<[FieldHandle; 1]>,
     calls: [u64; PROCEDURES as usize],
 }
 
@@ -125,34 +144,53 @@ impl<const O: bool> Layer for MSelect<O> {
     }
 
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
-        self.f = Some(fields.add_field(FieldClass::ProtoSpecific, "proc", 16, None));
+        self.f = Some(declare(fields, &MSELECT_FIELDS));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some(h) = self.f {
-            pkt.set(h, TEST_PROCEDURE);
+        match &self.f {
+            Some(f) => self.pre_send_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some(h) = self.f {
-            if pkt.get(h) >= PROCEDURES {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Malformed);
-            }
+        match &self.f {
+            Some(f) => self.pre_deliver_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_deliver(&mut self, hdr: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
-        if let Some(h) = self.f {
+        if let Some([h]) = self.f {
             if let Some(c) = self.calls.get_mut(hdr.get(h) as usize) {
                 *c += 1;
             }
         }
+    }
+}
+
+/// `mselect`'s field: the procedure.
+const MSELECT_FIELDS: [FieldDecl; 1] = [FieldDecl::new(FieldClass::ProtoSpecific, "proc", 16)];
+
+impl<const O: bool> FixedFields for MSelect<O> {
+    const FIELDS: &'static [FieldDecl] = &MSELECT_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        f.set::<0>(pkt, TEST_PROCEDURE);
+        Verdict::Continue
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if f.get::<0>(pkt) >= PROCEDURES {
+            cold::<O>();
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        Verdict::Continue
     }
 }
 
@@ -164,7 +202,7 @@ pub const CHANNELS: u64 = 4;
 /// message naming a channel that does not exist is refused.
 #[derive(Debug, Default)]
 pub struct VChan<const O: bool> {
-    f: Option<FieldHandle>,
+    f: Option<[FieldHandle; 1]>,
 }
 
 impl<const O: bool> VChan<O> {
@@ -180,29 +218,48 @@ impl<const O: bool> Layer for VChan<O> {
     }
 
     fn init(&mut self, fields: &mut FieldRegistry, _: &InitCx) {
-        self.f = Some(fields.add_field(FieldClass::ProtoSpecific, "vchan", 8, None));
+        self.f = Some(declare(fields, &VCHAN_FIELDS));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some(h) = self.f {
-            pkt.set(h, 0);
+        match &self.f {
+            Some(f) => self.pre_send_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some(h) = self.f {
-            if pkt.get(h) >= CHANNELS {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Malformed);
-            }
+        match &self.f {
+            Some(f) => self.pre_deliver_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_deliver(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
+}
+
+/// `vchan`'s field: the channel.
+const VCHAN_FIELDS: [FieldDecl; 1] = [FieldDecl::new(FieldClass::ProtoSpecific, "vchan", 8)];
+
+impl<const O: bool> FixedFields for VChan<O> {
+    const FIELDS: &'static [FieldDecl] = &VCHAN_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        f.set::<0>(pkt, 0);
+        Verdict::Continue
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if f.get::<0>(pkt) >= CHANNELS {
+            cold::<O>();
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        Verdict::Continue
+    }
 }
 
 /// `bid`: boot id — every message carries its sender's boot id; the first one heard from the
@@ -210,7 +267,7 @@ impl<const O: bool> Layer for VChan<O> {
 /// from before) is refused.
 #[derive(Debug, Default)]
 pub struct Bid<const O: bool> {
-    f: Option<FieldHandle>,
+    f: Option<[FieldHandle; 1]>,
     mine: u64,
     peer: Option<u64>,
 }
@@ -247,35 +304,56 @@ impl<const O: bool> Layer for Bid<O> {
                 Role::Responder => 0x5eed_0002,
             };
         }
-        self.f = Some(fields.add_field(FieldClass::ProtoSpecific, "bid", 32, None));
+        self.f = Some(declare(fields, &BID_FIELDS));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some(h) = self.f {
-            pkt.set(h, self.mine);
+        match &self.f {
+            Some(f) => self.pre_send_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let (Some(h), Some(peer)) = (self.f, self.peer) {
-            if pkt.get(h) != peer {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Malformed);
-            }
+        match &self.f {
+            Some(f) => self.pre_deliver_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_deliver(&mut self, hdr: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {
         if self.peer.is_none() {
             cold::<O>();
-            if let Some(h) = self.f {
+            if let Some([h]) = self.f {
                 self.peer = Some(hdr.get(h));
             }
         }
+    }
+}
+
+/// `bid`'s field: the sender's boot id.
+const BID_FIELDS: [FieldDecl; 1] = [FieldDecl::new(FieldClass::ProtoSpecific, "bid", 32)];
+
+impl<const O: bool> FixedFields for Bid<O> {
+    const FIELDS: &'static [FieldDecl] = &BID_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        f.set::<0>(pkt, self.mine);
+        Verdict::Continue
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if let Some(peer) = self.peer {
+            if f.get::<0>(pkt) != peer {
+                cold::<O>();
+                return Verdict::Drop(DropReason::Malformed);
+            }
+        }
+        Verdict::Continue
     }
 }
 
@@ -283,7 +361,7 @@ impl<const O: bool> Layer for Bid<O> {
 /// host is refused.
 #[derive(Debug, Default)]
 pub struct VNet<const O: bool> {
-    f: Option<(FieldHandle, FieldHandle)>,
+    f: Option<[FieldHandle; 2]>,
     me: u64,
     peer: u64,
 }
@@ -314,31 +392,50 @@ impl<const O: bool> Layer for VNet<O> {
             Role::Initiator => (HOST_INITIATOR, HOST_RESPONDER),
             Role::Responder => (HOST_RESPONDER, HOST_INITIATOR),
         };
-        self.f = Some((
-            fields.add_field(FieldClass::ProtoSpecific, "from", 16, None),
-            fields.add_field(FieldClass::ProtoSpecific, "to", 16, None),
-        ));
+        self.f = Some(declare(fields, &VNET_FIELDS));
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some((from, to)) = self.f {
-            pkt.set(from, self.me);
-            pkt.set(to, self.peer);
+        match &self.f {
+            Some(f) => self.pre_send_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_send(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if let Some((from, to)) = self.f {
-            if pkt.get(to) != self.me || pkt.get(from) != self.peer {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Malformed);
-            }
+        match &self.f {
+            Some(f) => self.pre_deliver_fixed(pkt, f),
+            None => Verdict::Continue,
         }
-        Verdict::Continue
     }
 
     fn post_deliver(&mut self, _: &Hdr<'_>, _: Handoff, _: &mut Cx<'_>) {}
+}
+
+/// `vnet`'s fields: the sender's and the receiver's host addresses.
+const VNET_FIELDS: [FieldDecl; 2] = [
+    FieldDecl::new(FieldClass::ProtoSpecific, "from", 16),
+    FieldDecl::new(FieldClass::ProtoSpecific, "to", 16),
+];
+
+impl<const O: bool> FixedFields for VNet<O> {
+    const FIELDS: &'static [FieldDecl] = &VNET_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        f.set::<0>(pkt, self.me);
+        f.set::<1>(pkt, self.peer);
+        Verdict::Continue
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if f.get::<1>(pkt) != self.me || f.get::<0>(pkt) != self.peer {
+            cold::<O>();
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        Verdict::Continue
+    }
 }

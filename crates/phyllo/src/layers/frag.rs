@@ -23,6 +23,7 @@
 
 use crate::field::{FieldClass, FieldHandle};
 use crate::filter::{Op, Segment};
+use crate::fixed::{declare, FieldDecl, FixedFields, Slots};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;
@@ -186,6 +187,49 @@ impl<const O: bool> Frag<O> {
     }
 }
 
+/// The fragment bit, as [`Layer::init`] registers it.
+const FRAG_FIELDS: [FieldDecl; 1] = [FieldDecl::new(FieldClass::ProtoSpecific, "frag", 1)];
+
+impl<const O: bool> FixedFields for Frag<O> {
+    const FIELDS: &'static [FieldDecl] = &FRAG_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, at: A) -> Verdict {
+        self.pre_send_with(pkt, at)
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, at: A) -> Verdict {
+        self.pre_deliver_with(pkt, at)
+    }
+}
+
+impl<const O: bool> Frag<O> {
+    /// [`Layer::pre_send`] with the fragment bit through `f`.
+    #[inline(always)]
+    fn pre_send_with<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if f.body_len(pkt) > self.cap() {
+            cold::<O>();
+            Verdict::Absorb
+        } else {
+            Verdict::Continue
+        }
+    }
+
+    /// [`Layer::pre_deliver`] with the fragment bit through `f`.
+    #[inline(always)]
+    fn pre_deliver_with<A: Slots>(&self, pkt: &mut Packet<'_>, f: A) -> Verdict {
+        if f.get::<0>(pkt) == 0 {
+            return Verdict::Continue;
+        }
+        cold::<O>();
+        match self.check(pkt.body()) {
+            Ok(_) => Verdict::Absorb,
+            Err(r) => Verdict::Drop(r),
+        }
+    }
+}
+
 impl<const O: bool> Layer for Frag<O> {
     fn name(&self) -> &'static str {
         self.name
@@ -203,17 +247,16 @@ impl<const O: bool> Layer for Frag<O> {
     }
 
     fn init(&mut self, fields: &mut FieldRegistry, cx: &InitCx) {
-        self.field = Some(fields.add_field(FieldClass::ProtoSpecific, "frag", 1, None));
+        let [field] = declare(fields, &FRAG_FIELDS);
+        self.field = Some(field);
         self.max_message = cx.max_message;
         self.path = Some(cx.path.clone());
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        if pkt.body().len() > self.cap() {
-            cold::<O>();
-            Verdict::Absorb
-        } else {
-            Verdict::Continue
+        match &self.field {
+            Some(h) => self.pre_send_with(pkt, std::array::from_ref(h)),
+            None => self.pre_send_with(pkt, &[] as &[FieldHandle; 0]),
         }
     }
 
@@ -249,16 +292,9 @@ impl<const O: bool> Layer for Frag<O> {
     }
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let Some(field) = self.field else {
-            return Verdict::Continue;
-        };
-        if pkt.get(field) == 0 {
-            return Verdict::Continue;
-        }
-        cold::<O>();
-        match self.check(pkt.body()) {
-            Ok(_) => Verdict::Absorb,
-            Err(r) => Verdict::Drop(r),
+        match &self.field {
+            Some(h) => self.pre_deliver_with(pkt, std::array::from_ref(h)),
+            None => Verdict::Continue,
         }
     }
 

@@ -66,6 +66,7 @@
 use super::sack::{AckFrame, MAX_OFFSET, MAX_RANGES};
 use crate::congestion::{Algorithm, Controller, Pacer, RttEstimator};
 use crate::field::{FieldClass, FieldHandle};
+use crate::fixed::{declare, FieldDecl, FixedFields, Slots};
 use crate::layer::{
     AckedPrefix, Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict,
 };
@@ -1241,6 +1242,128 @@ struct Acked {
     app_limited: bool,
 }
 
+/// The fields of a window without a transport header, as [`Layer::init`] registers them
+/// (`kind`, `seq`, `ack`): what a [`Fixed`](crate::fixed::Fixed) stack places at compile time.
+const WINDOW_FIELDS: [FieldDecl; 3] = [
+    FieldDecl::new(FieldClass::ProtoSpecific, "kind", 2),
+    FieldDecl::new(FieldClass::ProtoSpecific, "seq", SEQ_BITS),
+    FieldDecl::new(FieldClass::Gossip, "ack", SEQ_BITS),
+];
+/// Positions of `kind`, `seq` and `ack` in [`WINDOW_FIELDS`] (and in [`Slots`] of a window).
+const KIND: usize = 0;
+const SEQ: usize = 1;
+const ACK: usize = 2;
+
+/// A window's `kind`, `seq` and `ack` through its handles.
+impl Slots for &Fields {
+    #[inline(always)]
+    fn get<const K: usize>(self, pkt: &Packet<'_>) -> u64 {
+        pkt.get([self.kind, self.seq, self.ack][K])
+    }
+    #[inline(always)]
+    fn set<const K: usize>(self, pkt: &mut Packet<'_>, v: u64) {
+        pkt.set([self.kind, self.seq, self.ack][K], v)
+    }
+}
+
+/// A window without a transport header declares its fields; one with a transport header
+/// registers three more, which a [`Fixed`](crate::fixed::Fixed) stack notices when the
+/// connection is built, running the window through its handles.
+impl<const O: bool> FixedFields for Window<O> {
+    const FIELDS: &'static [FieldDecl] = &WINDOW_FIELDS;
+
+    #[inline(always)]
+    fn pre_send_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, at: A) -> Verdict {
+        self.pre_send_with(pkt, at, self.f.and_then(|f| f.transport))
+    }
+
+    #[inline(always)]
+    fn pre_deliver_fixed<A: Slots>(&self, pkt: &mut Packet<'_>, at: A) -> Verdict {
+        self.pre_deliver_with(pkt, at, self.f.and_then(|f| f.transport))
+    }
+}
+
+impl<const O: bool> Window<O> {
+    /// [`Layer::pre_send`] with `kind`, `seq` and `ack` through `f`.
+    #[inline(always)]
+    fn pre_send_with<A: Slots>(
+        &self,
+        pkt: &mut Packet<'_>,
+        f: A,
+        transport: Option<Transport>,
+    ) -> Verdict {
+        if self.full(
+            pkt.now(),
+            pkt.header().len() as u64 + f.body_len(pkt) as u64,
+        ) {
+            cold::<O>();
+            return Verdict::Absorb;
+        }
+        f.set::<KIND>(pkt, KIND_DATA);
+        f.set::<SEQ>(pkt, self.snd_next);
+        f.set::<ACK>(pkt, self.rcv_next);
+        if let Some(t) = transport {
+            for (h, v) in t.stamp(KIND_DATA, self.snd_next, pkt.body()) {
+                pkt.set(h, v);
+            }
+        }
+        pkt.keep_copy();
+        Verdict::Continue
+    }
+
+    /// [`Layer::pre_deliver`] with `kind`, `seq` and `ack` through `f`.
+    #[inline(always)]
+    fn pre_deliver_with<A: Slots>(
+        &self,
+        pkt: &mut Packet<'_>,
+        f: A,
+        transport: Option<Transport>,
+    ) -> Verdict {
+        if let Some(t) = transport {
+            // The peer's source port is our `peer`, its destination our `local`.
+            let (sport, dport) = (pkt.get(t.sport), pkt.get(t.dport));
+            if sport != u64::from(t.ports.peer) || dport != u64::from(t.ports.local) {
+                cold::<O>();
+                return Verdict::Drop(DropReason::Malformed);
+            }
+            let want = transport_sum(
+                sport,
+                dport,
+                f.get::<KIND>(pkt),
+                f.get::<SEQ>(pkt),
+                pkt.body(),
+            );
+            if pkt.get(t.sum) != want {
+                cold::<O>();
+                return Verdict::Drop(DropReason::Checksum);
+            }
+        }
+        match f.get::<KIND>(pkt) {
+            KIND_DATA if f.get::<SEQ>(pkt) == self.rcv_next & SEQ_MASK => Verdict::Continue,
+            KIND_DATA => Verdict::Absorb,
+            KIND_ACK => {
+                // Refused whole, before any state changes: a body that does not parse, or
+                // that acknowledges what was not sent or cannot have arrived.
+                let frame = AckFrame::parse(pkt.body());
+                let cum = self.cumulative(f.get::<ACK>(pkt));
+                match frame {
+                    Ok(fr) if self.check_ack(cum, Some(&fr)).is_ok() => Verdict::Absorb,
+                    _ => {
+                        cold::<O>();
+                        Verdict::Drop(DropReason::BadAck)
+                    }
+                }
+            }
+            KIND_PROBE if f.body_len(pkt) >= PROBE_ID => Verdict::Absorb,
+            KIND_PROBE_ACK if f.body_len(pkt) == PROBE_ID => Verdict::Absorb,
+            _ => {
+                cold::<O>();
+                Verdict::Drop(DropReason::Malformed)
+            }
+        }
+    }
+}
+
 impl<const O: bool> Layer for Window<O> {
     fn name(&self) -> &'static str {
         self.cfg.name
@@ -1266,10 +1389,11 @@ impl<const O: bool> Layer for Window<O> {
             sum: fields.add_field(FieldClass::MsgSpecific, "tsum", 16, None),
             ports,
         });
+        let [kind, seq, ack] = declare(fields, &WINDOW_FIELDS);
         self.f = Some(Fields {
-            kind: fields.add_field(FieldClass::ProtoSpecific, "kind", 2, None),
-            seq: fields.add_field(FieldClass::ProtoSpecific, "seq", SEQ_BITS, None),
-            ack: fields.add_field(FieldClass::Gossip, "ack", SEQ_BITS, None),
+            kind,
+            seq,
+            ack,
             transport,
         });
         if self.cfg.max_datagram > 0 {
@@ -1324,26 +1448,10 @@ impl<const O: bool> Layer for Window<O> {
     }
 
     fn pre_send(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let Some(f) = self.f else {
-            return Verdict::Continue;
-        };
-        if self.full(
-            pkt.now(),
-            pkt.header().len() as u64 + pkt.body().len() as u64,
-        ) {
-            cold::<O>();
-            return Verdict::Absorb;
+        match &self.f {
+            Some(f) => self.pre_send_with(pkt, f, f.transport),
+            None => Verdict::Continue,
         }
-        pkt.set(f.kind, KIND_DATA);
-        pkt.set(f.seq, self.snd_next);
-        pkt.set(f.ack, self.rcv_next);
-        if let Some(t) = f.transport {
-            for (h, v) in t.stamp(KIND_DATA, self.snd_next, pkt.body()) {
-                pkt.set(h, v);
-            }
-        }
-        pkt.keep_copy();
-        Verdict::Continue
     }
 
     fn post_send(&mut self, hdr: &Hdr<'_>, h: Handoff, cx: &mut Cx<'_>) {
@@ -1369,44 +1477,9 @@ impl<const O: bool> Layer for Window<O> {
     }
 
     fn pre_deliver(&self, pkt: &mut Packet<'_>) -> Verdict {
-        let Some(f) = self.f else {
-            return Verdict::Continue;
-        };
-        if let Some(t) = f.transport {
-            // The peer's source port is our `peer`, its destination our `local`.
-            let (sport, dport) = (pkt.get(t.sport), pkt.get(t.dport));
-            if sport != u64::from(t.ports.peer) || dport != u64::from(t.ports.local) {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Malformed);
-            }
-            let want = transport_sum(sport, dport, pkt.get(f.kind), pkt.get(f.seq), pkt.body());
-            if pkt.get(t.sum) != want {
-                cold::<O>();
-                return Verdict::Drop(DropReason::Checksum);
-            }
-        }
-        match pkt.get(f.kind) {
-            KIND_DATA if pkt.get(f.seq) == self.rcv_next & SEQ_MASK => Verdict::Continue,
-            KIND_DATA => Verdict::Absorb,
-            KIND_ACK => {
-                // Refused whole, before any state changes: a body that does not parse, or
-                // that acknowledges what was not sent or cannot have arrived.
-                let frame = AckFrame::parse(pkt.body());
-                let cum = self.cumulative(pkt.get(f.ack));
-                match frame {
-                    Ok(fr) if self.check_ack(cum, Some(&fr)).is_ok() => Verdict::Absorb,
-                    _ => {
-                        cold::<O>();
-                        Verdict::Drop(DropReason::BadAck)
-                    }
-                }
-            }
-            KIND_PROBE if pkt.body().len() >= PROBE_ID => Verdict::Absorb,
-            KIND_PROBE_ACK if pkt.body().len() == PROBE_ID => Verdict::Absorb,
-            _ => {
-                cold::<O>();
-                Verdict::Drop(DropReason::Malformed)
-            }
+        match &self.f {
+            Some(f) => self.pre_deliver_with(pkt, f, f.transport),
+            None => Verdict::Continue,
         }
     }
 
