@@ -604,13 +604,39 @@ fn session_ping(node: &mut SessionSocket, p: PeerId, msg: &[u8]) -> Result<()> {
         .send(now, p, msg)
         .map_err(|e| anyhow::anyhow!("session ping: {e}"))?;
     let until = Instant::now() + Duration::from_secs(2);
+    // Sessions that ended meanwhile, and why (for the error).
+    let mut ended = Vec::new();
     loop {
         node.pump(Duration::ZERO)?;
         if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
             return Ok(());
         }
+        // A session that ends hands back what it had not confirmed; as an application
+        // would, the ping goes again in the next one.
+        while let Some(e) = node.endpoint_mut().poll_event() {
+            if let Event::Ended {
+                reason,
+                unconfirmed,
+                ..
+            } = e
+            {
+                ended.push(reason);
+                let now = node.now();
+                for m in unconfirmed {
+                    node.endpoint_mut()
+                        .send(now, p, &m)
+                        .map_err(|e| anyhow::anyhow!("session ping again: {e}"))?;
+                }
+            }
+        }
         if Instant::now() > until {
-            bail!("session ping lost for 2 s");
+            bail!(
+                "session ping lost for 2 s (established: {}; sessions ended: {ended:?}; {:?}; \
+                 {:?})",
+                node.endpoint().is_established(p),
+                node.endpoint().peer_stats(p),
+                node.endpoint().stats()
+            );
         }
     }
 }
