@@ -9,8 +9,8 @@
 
 use super::rtt::{SPEC3, SPEC4};
 use crate::measure::{
-    critical_path, critical_path_instructions, function_instructions, median, rtt_mem, rtt_udp, rtt_udp_paced, stream_mem,
-    stream_udp,
+    critical_path, critical_path_instructions, function_instructions, median, rtt_mem, rtt_udp,
+    rtt_udp_paced, stream_mem, stream_udp,
 };
 use crate::rawudp::{raw_pingpong, PingPongConfig};
 use crate::report::{Ctx, Experiment, Outcome, Plot, Section, Series, Table};
@@ -455,7 +455,7 @@ impl Experiment for Accel {
                 .into_iter()
                 .chain(instr_text)
                 .chain([
-                "The unsealed stack is `frag(1400):window(16):checksum`; the sealed one adds \
+                    "The unsealed stack is `frag(1400):window(16):checksum`; the sealed one adds \
                  `seal` (AES-256-GCM). Critical paths are medians of individually timed calls \
                  (clock overhead subtracted): `send` until the datagram is queued for the link, \
                  and a datagram's arrival until the message is queued for the application; the \
@@ -463,15 +463,15 @@ impl Experiment for Accel {
                  time. Total CPU per message includes everything (half a round trip on one \
                  thread). The hit ratio counts application messages sent and delivered on the \
                  fast path; acknowledgements are protocol messages and take the layered path."
-                    .into(),
-                "quinn runs the same ping-pong on one bidirectional QUIC stream (reliable, \
+                        .into(),
+                    "quinn runs the same ping-pong on one bidirectional QUIC stream (reliable, \
                  ordered, TLS 1.3 — the service of phyllo's sealed stack), each end on its own \
                  thread; `accel.rtt_ratio_vs_quinn` divides the sealed accelerated stack's median \
                  by quinn's, round by round (busy-polling phyllo against quinn, which waits in \
                  epoll; phyllo's sealed stack waiting in the kernel as well: see above). \
                  quinn's streaming row is a byte stream of 8-byte writes, which \
                  quinn coalesces into packets as phyllo's packing does."
-                    .into(),
+                        .into(),
                 ])
                 .collect(),
             tables,
@@ -746,9 +746,15 @@ fn seal_phases(
              {rounds} round trips): pre-phases on the critical path on both paths; post-phases \
              on it on the layered path, deferred on the accelerated one"
         ),
-        headers: ["accelerator", "pre_send", "pre_deliver", "post_send", "post_deliver"]
-            .map(String::from)
-            .to_vec(),
+        headers: [
+            "accelerator",
+            "pre_send",
+            "pre_deliver",
+            "post_send",
+            "post_deliver",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: vec![],
     };
     for on in [false, true] {
