@@ -548,7 +548,25 @@ pub fn critical_path_instructions(
     accel: bool,
     rounds: usize,
 ) -> Result<CriticalPathInstructions> {
-    use phyllo_analyze::capture::{callgrind, Workload};
+    use phyllo_analyze::capture::callgrind;
+    let w = critical_path_workload(exe, spec, accel, rounds);
+    let calls = (2 * critical_path_rounds(rounds)) as f64;
+    let count =
+        |func: &str| -> Result<f64> { Ok(callgrind(&w, func, None)?.get("Ir") as f64 / calls) };
+    Ok(CriticalPathInstructions {
+        send: count("phyllo_cp_send")?,
+        deliver: count("phyllo_cp_deliver")?,
+        post: count("phyllo_cp_post")?,
+    })
+}
+
+/// `phyllo-lab critical-path` for `spec` as `exe` runs it: what callgrind counts in.
+fn critical_path_workload(
+    exe: &std::path::Path,
+    spec: &str,
+    accel: bool,
+    rounds: usize,
+) -> phyllo_analyze::capture::Workload {
     let mut args = vec![
         "critical-path".to_string(),
         "--stack".into(),
@@ -559,18 +577,10 @@ pub fn critical_path_instructions(
     if accel {
         args.push("--accel".into());
     }
-    let w = Workload {
+    phyllo_analyze::capture::Workload {
         program: exe.to_path_buf(),
         args,
-    };
-    let calls = (2 * critical_path_rounds(rounds)) as f64;
-    let count =
-        |func: &str| -> Result<f64> { Ok(callgrind(&w, func, None)?.get("Ir") as f64 / calls) };
-    Ok(CriticalPathInstructions {
-        send: count("phyllo_cp_send")?,
-        deliver: count("phyllo_cp_deliver")?,
-        post: count("phyllo_cp_post")?,
-    })
+    }
 }
 
 /// Instructions per message inside each of `funcs` (callgrind `--toggle-collect` patterns,
@@ -583,21 +593,8 @@ pub fn function_instructions(
     rounds: usize,
     funcs: &[&str],
 ) -> Result<Vec<f64>> {
-    use phyllo_analyze::capture::{callgrind, Workload};
-    let mut args = vec![
-        "critical-path".to_string(),
-        "--stack".into(),
-        spec.into(),
-        "--rounds".into(),
-        rounds.to_string(),
-    ];
-    if accel {
-        args.push("--accel".into());
-    }
-    let w = Workload {
-        program: exe.to_path_buf(),
-        args,
-    };
+    use phyllo_analyze::capture::callgrind;
+    let w = critical_path_workload(exe, spec, accel, rounds);
     let calls = (2 * critical_path_rounds(rounds)) as f64;
     funcs
         .iter()
