@@ -23,7 +23,7 @@
 
 use crate::field::{FieldClass, FieldHandle};
 use crate::filter::{Op, Segment};
-use crate::fixed::{declare, FieldDecl, FixedFields, Slots};
+use crate::fixed::decl::{declare, FieldDecl, FixedFields, Slots};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict};
 use crate::layout::FieldRegistry;
 use crate::msg::Msg;

@@ -66,7 +66,7 @@
 use super::sack::{AckFrame, MAX_OFFSET, MAX_RANGES};
 use crate::congestion::{Algorithm, Controller, Pacer, RttEstimator};
 use crate::field::{FieldClass, FieldHandle};
-use crate::fixed::{declare, FieldDecl, FixedFields, Slots};
+use crate::fixed::decl::{declare, FieldDecl, FixedFields, Slots};
 use crate::layer::{
     AckedPrefix, Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Verdict,
 };
