@@ -5,14 +5,17 @@
 //! - Instructions per round trip, counted by callgrind over `phyllo-lab paths trace` (measured,
 //!   deterministic): a layout moves code, it does not change what runs, so CLO and BAD count
 //!   as OUT and ALL as PIN.
-//! - Table 2: round-trip time per version over memlink and UDP loopback (measured).
+//! - Table 2: round-trip time per version over memlink and UDP loopback, and Table 4's T_p
+//!   (measured), each version in a process of its own: CLO and ALL in this binary relinked
+//!   in the bipartite order, from a cache under the target directory ([`crate::relink`]).
 //! - Tables 4 and 5 (modelled): trace length, CPI, iCPI and mCPI, i-cache misses and the
 //!   fetched-but-never-executed share under the Alpha 21064's memory system and under this
 //!   host's cache geometry, from lackey traces run through phyllo-analyze; CLO, BAD and ALL
-//!   as virtual layouts of OUT's and PIN's traces.
+//!   as virtual layouts of OUT's and PIN's traces; the i-cache misses by function, which
+//!   explain where the modelled mCPI order departs from the seed's.
 
 use crate::paths::{with_stack, OnStack, StackKind, Version};
-use crate::paths_cmd::{direct_round_trip, ends, learn, mean_sd, workload, LinkArg, Rtt};
+use crate::paths_cmd::{direct_round_trip, ends, learn, workload, LinkArg};
 use crate::report::{Ctx, Experiment, Outcome, Section, Table};
 use anyhow::{Context, Result};
 use phyllo::conn::BuildError;
@@ -27,6 +30,9 @@ use phyllo_analyze::timing::{Breakdown, TimingConfig};
 
 /// The experiment.
 pub struct Paths;
+
+/// A stack's bipartite function orders per code version (mangled names, for the linker).
+type StackOrders = (StackKind, Vec<(Version, Vec<String>)>);
 
 /// The versions whose code differs (the others are layouts of these).
 const CODE: [Version; 3] = [Version::Std, Version::Out, Version::Pin];
@@ -66,12 +72,22 @@ impl Experiment for Paths {
         if let Some((rounds, t)) = &traced {
             instructions(*rounds, t, &mut sec)?;
         }
-        round_trips(quick, &mut sec)?;
-        let orders: Vec<(StackKind, Vec<(Version, Vec<String>)>)> = traced
+        let orders: Vec<StackOrders> = traced
             .iter()
             .flat_map(|(_, t)| t.iter().map(|(k, t)| (*k, t.orders.clone())))
             .collect();
-        processing_times(quick, &orders, &mut sec)?;
+        match super::phyllo_exe() {
+            Some(exe) => {
+                let bins = binaries(&exe, &orders, &mut sec);
+                round_trips(quick, &bins, &mut sec)?;
+                processing_times(quick, &bins, &mut sec)?;
+            }
+            None => sec.text.push(
+                "Table 2 and Table 4's T_p: SKIPPED — each version runs in a process of its \
+                 own, which needs the phyllo-lab binary."
+                    .into(),
+            ),
+        }
         if let Some((rounds, t)) = &traced {
             modelled(*rounds, t, &mut sec);
         }
@@ -138,80 +154,31 @@ fn instructions(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section
     Ok(())
 }
 
-/// Seed Table 2: round-trip time per version (measured), both stacks, memlink and UDP.
-fn round_trips(quick: bool, sec: &mut Section) -> Result<()> {
+/// Seed Table 2: round-trip time per version (measured), both stacks, memlink and UDP, each
+/// version in a process of its own: STD, OUT and PIN in this binary, CLO and ALL in its
+/// relinked copies ([`binaries`]).
+fn round_trips(quick: bool, bins: &Binaries, sec: &mut Section) -> Result<()> {
     let runs = if quick { 3 } else { 11 };
-    for udp in [false, true] {
+    for link in [LinkArg::Mem, LinkArg::Udp] {
+        let udp = matches!(link, LinkArg::Udp);
         let rounds = match (quick, udp) {
             (true, false) => 3000,
             (true, true) => 1000,
             (false, false) => 30_000,
             (false, true) => 10_000,
         };
-        let mut table = Table {
+        let means = bins.measure(runs, |bin, kind, v| rtt_of(bin, kind, v, link, rounds))?;
+        sec.tables.push(Table {
             title: format!(
                 "Seed Table 2: round-trip time over {} (measured; median (min–max) of {runs} \
-                 runs' mean round trips, {rounds} round trips a run, runs of the versions \
-                 interleaved)",
+                 runs' mean round trips, {rounds} round trips a run, each version in its own \
+                 process, runs of the versions interleaved; CLO and ALL are this binary \
+                 relinked in the bipartite order)",
                 if udp { "UDP loopback" } else { "memlink" }
             ),
-            headers: [
-                "version",
-                "short, ns",
-                "Δ vs ALL's code",
-                "tall, ns",
-                "Δ vs ALL's code",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: vec![],
-        };
-        // Per stack, per code version: the mean of each run.
-        let mut means = vec![vec![Vec::new(); CODE.len()]; 2];
-        for _ in 0..runs {
-            for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
-                for (c, v) in CODE.into_iter().enumerate() {
-                    let link = if udp { LinkArg::Udp } else { LinkArg::Mem };
-                    let r = with_stack(
-                        kind,
-                        v,
-                        Rtt {
-                            link,
-                            size: 1,
-                            rounds,
-                        },
-                    )?;
-                    means[k][c].push(mean_sd(&r.samples_ns).0 as u64);
-                }
-            }
-        }
-        let stat = |k: usize, c: usize| {
-            let v: Vec<f64> = means[k][c].iter().map(|&m| m as f64).collect();
-            crate::stats::Summary::of(&v)
-        };
-        for v in Version::ALL {
-            let c = CODE.iter().position(|x| *x == v);
-            let mut row = vec![v.name().to_string()];
-            for k in 0..2 {
-                match c {
-                    Some(c) => {
-                        let s = stat(k, c);
-                        let best = stat(k, 2).median;
-                        row.push(format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max));
-                        row.push(format!(
-                            "{:+.1} %",
-                            100.0 * (s.median / best.max(1.0) - 1.0)
-                        ));
-                    }
-                    None => {
-                        row.push("layout of OUT/PIN (modelled below)".into());
-                        row.push("—".into());
-                    }
-                }
-            }
-            table.rows.push(row);
-        }
-        sec.tables.push(table);
+            headers: version_headers("short, ns", "tall, ns"),
+            rows: bins.rows(&means),
+        });
     }
     Ok(())
 }
@@ -658,7 +625,7 @@ fn modelled(rounds: usize, traced: &[(StackKind, Traced)], sec: &mut Section) {
          datagrams handed over directly) traced by valgrind lackey and run through \
          phyllo-analyze under each memory model. CLO, BAD and ALL are virtual layouts of OUT's \
          and PIN's traces (functions re-placed, no relinking): bipartite (library functions, \
-         called more than once per round trip, in one part of the cache; path functions in \
+         entered more than once per path invocation, in one part of the cache; path functions in \
          the rest; each in invocation order), bad (every function at the same cache set) and, \
          as the seed's §3.2 advises when the whole path fits the cache, linear (invocation \
          order). The static sizes count every named function the region runs, the C \
@@ -978,12 +945,23 @@ fn pct(a: f64, b: f64) -> f64 {
     100.0 * (a / b.max(1e-9) - 1.0)
 }
 
-/// One `phyllo-lab paths rtt --link direct` run of `exe`: mean ns per round trip.
-fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize) -> Result<f64> {
+/// One `phyllo-lab paths rtt --link <link>` run of `exe`: mean ns per round trip.
+fn rtt_of(
+    exe: &std::path::Path,
+    kind: StackKind,
+    v: Version,
+    link: LinkArg,
+    rounds: usize,
+) -> Result<f64> {
     let w = workload(exe, "rtt", kind, v, rounds);
+    let link = match link {
+        LinkArg::Mem => "mem",
+        LinkArg::Udp => "udp",
+        LinkArg::Direct => "direct",
+    };
     let out = std::process::Command::new(&w.program)
         .args(&w.args)
-        .args(["--link", "direct"])
+        .args(["--link", link])
         .output()
         .with_context(|| format!("running {}", exe.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -1000,39 +978,99 @@ fn direct_rtt(exe: &std::path::Path, kind: StackKind, v: Version, rounds: usize)
         })
 }
 
-/// Seed Table 4's T_p, measured: protocol processing per round trip (both ends, datagrams
-/// handed over directly), each version in a process of its own, runs interleaved. CLO and ALL
-/// are binaries relinked in the bipartite order `orders` gives (from the modelled section's
-/// traces), taken from the relink cache under the target directory or, when it is cold,
-/// relinked and stored there ([`crate::relink::cached`]); in `--quick` too. A relink that
-/// fails leaves its version's cells saying why; the rest are measured.
-fn processing_times(
-    quick: bool,
-    orders: &[(StackKind, Vec<(Version, Vec<String>)>)],
-    sec: &mut Section,
-) -> Result<()> {
-    let Some(exe) = super::phyllo_exe() else {
-        return Ok(());
-    };
-    let (runs, rounds) = if quick { (3, 5000) } else { (7, 50_000) };
-    let mut table = Table {
-        title: format!(
-            "Seed Table 4's T_p (measured): ns of protocol processing per round trip, both ends, \
-             datagrams handed over directly; median (min–max) of {runs} runs of {rounds}, each \
-             version in its own process, runs interleaved; CLO and ALL are this binary relinked \
-             in the bipartite order"
-        ),
-        headers: [
-            "version",
-            "short",
-            "Δ vs ALL (PIN where ALL was not relinked)",
-            "tall",
-            "Δ vs ALL (PIN where ALL was not relinked)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
+/// The binary each version runs in, per stack: STD, OUT and PIN in this one, CLO and ALL in
+/// copies relinked in the bipartite order of OUT's and PIN's functions.
+struct Binaries {
+    per: Vec<(StackKind, Vec<(Version, std::path::PathBuf)>)>,
+    /// Versions without a binary, and why.
+    missing: Vec<(StackKind, Version, String)>,
+}
+
+/// Per stack, per version of [`Binaries::per`]: the figure of each run.
+type Measured = Vec<Vec<(Version, Vec<f64>)>>;
+
+impl Binaries {
+    /// `runs` runs of `f(binary, stack, code version)` for every binary, the versions' runs
+    /// interleaved.
+    fn measure(
+        &self,
+        runs: usize,
+        mut f: impl FnMut(&std::path::Path, StackKind, Version) -> Result<f64>,
+    ) -> Result<Measured> {
+        let mut m: Measured = self
+            .per
+            .iter()
+            .map(|(_, b)| b.iter().map(|(v, _)| (*v, Vec::new())).collect())
+            .collect();
+        for _ in 0..runs {
+            for (k, (kind, bins)) in self.per.iter().enumerate() {
+                for (i, (v, bin)) in bins.iter().enumerate() {
+                    m[k][i].1.push(f(bin, *kind, v.code())?);
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// A row per version: per stack, median (min–max) and Δ against ALL (PIN where ALL has
+    /// no binary), or why it was not measured.
+    fn rows(&self, m: &Measured) -> Vec<Vec<String>> {
+        let stat = |k: usize, v: Version| {
+            m.get(k)?
+                .iter()
+                .find(|x| x.0 == v)
+                .map(|x| crate::stats::Summary::of(&x.1))
+        };
+        let mut rows = Vec::new();
+        for v in Version::ALL {
+            let mut row = vec![v.name().to_string()];
+            for (k, (kind, _)) in self.per.iter().enumerate() {
+                let best = stat(k, Version::All)
+                    .or(stat(k, Version::Pin))
+                    .map_or(1.0, |x| x.median);
+                match stat(k, v) {
+                    Some(s) => {
+                        row.push(format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max));
+                        row.push(format!("{:+.1} %", pct(s.median, best.max(1.0))));
+                    }
+                    None => {
+                        row.push(match v {
+                            Version::Bad => "modelled only (needs gaps)".into(),
+                            _ => self
+                                .missing
+                                .iter()
+                                .find(|x| x.0 == *kind && x.1 == v)
+                                .map_or("not relinked".into(), |x| x.2.clone()),
+                        });
+                        row.push("—".into());
+                    }
+                }
+            }
+            rows.push(row);
+        }
+        rows
+    }
+}
+
+/// The headers of a table of [`Binaries::rows`].
+fn version_headers(short: &str, tall: &str) -> Vec<String> {
+    [
+        "version",
+        short,
+        "Δ vs ALL (PIN where ALL was not relinked)",
+        tall,
+        "Δ vs ALL (PIN where ALL was not relinked)",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The binaries of every version ([`Binaries`]): CLO and ALL relinked in the bipartite order
+/// `orders` gives (from the modelled section's traces), taken from the relink cache under the
+/// target directory or, when it is cold, relinked and stored there
+/// ([`crate::relink::cached`]); in `--quick` too. A relink that fails leaves its version
+/// saying why. Adds the relinks' table and what they cost to `sec`.
+fn binaries(exe: &std::path::Path, orders: &[StackOrders], sec: &mut Section) -> Binaries {
     let mut relinks = Table {
         title: "The relinked binaries (bipartite order; cached under the target directory, \
                 `paths-relink/cache/<hash of this binary>/`, keyed by the order's hash)"
@@ -1049,22 +1087,22 @@ fn processing_times(
         .to_vec(),
         rows: vec![],
     };
-    // Per stack: (version, binary, means); and why a relinked version is missing.
-    let mut per: Vec<Vec<(Version, std::path::PathBuf, Vec<f64>)>> = Vec::new();
-    let mut missing: Vec<(StackKind, Version, String)> = Vec::new();
+    let mut bins = Binaries {
+        per: Vec::new(),
+        missing: Vec::new(),
+    };
     let (mut built, mut hit) = (Vec::new(), Vec::new());
     for kind in StackKind::BOTH {
-        let mut row = Vec::new();
-        for v in CODE {
-            row.push((v, exe.clone(), Vec::new()));
-        }
+        let mut row: Vec<(Version, std::path::PathBuf)> =
+            CODE.iter().map(|v| (*v, exe.to_path_buf())).collect();
         let of_kind = orders.iter().find(|o| o.0 == kind);
         for (v, code) in [(Version::Clo, Version::Out), (Version::All, Version::Pin)] {
             let Some(names) = of_kind.and_then(|o| o.1.iter().find(|x| x.0 == code)) else {
-                missing.push((kind, v, "no trace to order by (needs valgrind)".into()));
+                bins.missing
+                    .push((kind, v, "no trace to order by (needs valgrind)".into()));
                 continue;
             };
-            match crate::relink::cached(&exe, &names.1) {
+            match crate::relink::cached(exe, &names.1) {
                 Ok(r) => {
                     relinks.rows.push(vec![
                         kind.name().into(),
@@ -1076,7 +1114,7 @@ fn processing_times(
                     ]);
                     let into = if r.cached { &mut hit } else { &mut built };
                     into.push(r.seconds);
-                    row.push((v, r.path, Vec::new()));
+                    row.push((v, r.path));
                 }
                 Err(e) => {
                     let why = format!("not relinked: {e:#}");
@@ -1088,58 +1126,37 @@ fn processing_times(
                         why.clone(),
                         "—".into(),
                     ]);
-                    missing.push((kind, v, why));
+                    bins.missing.push((kind, v, why));
                 }
             }
         }
-        per.push(row);
+        bins.per.push((kind, row));
     }
-    for _ in 0..runs {
-        for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
-            for (v, bin, means) in &mut per[k] {
-                means.push(direct_rtt(bin, kind, v.code(), rounds)?);
-            }
-        }
-    }
-    let stat = |k: usize, v: Version| {
-        per[k]
-            .iter()
-            .find(|x| x.0 == v)
-            .map(|x| crate::stats::Summary::of(&x.2))
-    };
-    for v in Version::ALL {
-        let mut row = vec![v.name().to_string()];
-        for (k, kind) in StackKind::BOTH.into_iter().enumerate() {
-            let best = stat(k, Version::All)
-                .or(stat(k, Version::Pin))
-                .map_or(1.0, |x| x.median);
-            match stat(k, v) {
-                Some(s) => {
-                    row.push(format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max));
-                    row.push(format!(
-                        "{:+.1} %",
-                        100.0 * (s.median / best.max(1.0) - 1.0)
-                    ));
-                }
-                None => {
-                    row.push(match v {
-                        Version::Bad => "modelled only (needs gaps)".into(),
-                        _ => missing
-                            .iter()
-                            .find(|m| m.0 == kind && m.1 == v)
-                            .map_or("not relinked".into(), |m| m.2.clone()),
-                    });
-                    row.push("—".into());
-                }
-            }
-        }
-        table.rows.push(row);
-    }
-    sec.tables.push(table);
     if !relinks.rows.is_empty() {
         sec.tables.push(relinks);
     }
     sec.text.push(relink_cost(&built, &hit));
+    bins
+}
+
+/// Seed Table 4's T_p, measured: protocol processing per round trip (both ends, datagrams
+/// handed over directly), each version in a process of its own ([`binaries`]), runs
+/// interleaved.
+fn processing_times(quick: bool, bins: &Binaries, sec: &mut Section) -> Result<()> {
+    let (runs, rounds) = if quick { (3, 5000) } else { (7, 50_000) };
+    let means = bins.measure(runs, |bin, kind, v| {
+        rtt_of(bin, kind, v, LinkArg::Direct, rounds)
+    })?;
+    sec.tables.push(Table {
+        title: format!(
+            "Seed Table 4's T_p (measured): ns of protocol processing per round trip, both ends, \
+             datagrams handed over directly; median (min–max) of {runs} runs of {rounds}, each \
+             version in its own process, runs interleaved; CLO and ALL are this binary relinked \
+             in the bipartite order"
+        ),
+        headers: version_headers("short", "tall"),
+        rows: bins.rows(&means),
+    });
     Ok(())
 }
 
@@ -1148,7 +1165,7 @@ fn processing_times(
 fn relink_cost(built: &[f64], hit: &[f64]) -> String {
     let sum = |x: &[f64]| x.iter().sum::<f64>();
     let mut s = String::from(
-        "CLO and ALL in the T_p table run this binary relinked with the bipartite symbol order \
+        "CLO and ALL in Table 2 and the T_p table run this binary relinked with the bipartite symbol order \
          (`--symbol-ordering-file`), kept in a cache keyed by this binary's hash and the \
          order's, each checked to hold this binary's functions at their sizes before it is \
          kept. ",
