@@ -369,6 +369,8 @@ struct MissTracker {
     instrs: Vec<u64>,
     /// Every line fetched, and the function of its first fetch.
     lines: FxMap<u64, u32>,
+    /// The last line fetched: most fetches stay on the line before, and need no lookup.
+    last: u64,
 }
 
 impl MissTracker {
@@ -377,6 +379,7 @@ impl MissTracker {
             misses: vec![0; nf + 1],
             instrs: vec![0; nf + 1],
             lines: FxMap::default(),
+            last: u64::MAX,
         }
     }
 
@@ -386,9 +389,13 @@ impl MissTracker {
     fn fetched(&mut self, f: usize, first: u64, last: u64, missed: u64) {
         self.misses[f] += missed;
         self.instrs[f] += 1;
+        if first == last && last == self.last {
+            return;
+        }
         for l in first..=last {
             self.lines.entry(l).or_insert(f as u32);
         }
+        self.last = last;
     }
 
     /// The functions that executed, most misses first (then most instructions, then name).
