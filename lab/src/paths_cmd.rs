@@ -404,7 +404,7 @@ pub fn main(args: PathsArgs) -> Result<()> {
             let exe = std::env::current_exe().context("locating the phyllo-lab binary")?;
             let trace = workload(&exe, "trace", kind, args.version, 200);
             let names = crate::relink::symbol_order(trace, args.order, 200)?;
-            crate::relink::relink(&names, out)?;
+            crate::relink::relink(&exe, &names, out)?;
             println!(
                 "paths relink {} {} {:?}: {} functions ordered -> {}",
                 kind.spec(),

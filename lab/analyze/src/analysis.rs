@@ -89,6 +89,9 @@ pub struct Setup {
     /// Fetched-but-never-executed bytes of every hierarchy's L1I ([`Report::unused`]) and of
     /// every layout's i-cache ([`LayoutResult::unused`]); seed 000 Table 5's "i-cache unused".
     pub unused: bool,
+    /// L1I misses attributed to the function whose instruction fetch missed, per hierarchy
+    /// ([`Report::function_misses`]) and per layout ([`LayoutResult::function_misses`]).
+    pub function_misses: bool,
 }
 
 /// Fusion model setup (seed 003 §4.3, Figure 5).
@@ -142,7 +145,31 @@ pub struct LayoutResult {
     /// Fetched and never-executed bytes of the layout's i-cache ([`LayoutSetup::l1i`]), when
     /// [`LayoutSetup::timing`] or [`Setup::unused`] is set.
     pub unused: Option<Unused>,
+    /// The layout's i-cache misses per function, most first; empty unless
+    /// [`Setup::function_misses`] is set.
+    pub function_misses: Vec<FunctionMisses>,
 }
+
+/// The L1I misses of one function's instruction fetches ([`Setup::function_misses`]), beside
+/// what they can be compared with: how many distinct cache lines its executed instructions
+/// span (at the addresses of the hierarchy or layout the misses are counted in), so
+/// `misses / lines` is how often each of those lines was fetched again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FunctionMisses {
+    /// The function's name ([`OUTSIDE`] for code outside any decoded function).
+    pub name: String,
+    /// Bytes of the function (its symbol's size; 0 for [`OUTSIDE`]).
+    pub size: u64,
+    /// Dynamic instructions executed in it.
+    pub instructions: u64,
+    /// Distinct i-cache lines its executed instructions touch.
+    pub lines: u64,
+    /// Line fetches of its instructions that missed the i-cache.
+    pub misses: u64,
+}
+
+/// [`FunctionMisses::name`] of code outside any decoded function.
+pub const OUTSIDE: &str = "(outside any function)";
 
 /// Static code size of the functions executed in the region (seed 000 Table 5's "Size": the
 /// critical-path code with and without outlining). *Total* is the whole of every function
@@ -261,6 +288,9 @@ pub struct Report {
     /// Per hierarchy (index-aligned with [`Report::caches`]): the L1I's fetched and
     /// never-executed bytes; empty unless [`Setup::unused`] is set.
     pub unused: Vec<Unused>,
+    /// Per hierarchy (index-aligned with [`Report::caches`]): the L1I's misses per function,
+    /// most first; empty unless [`Setup::function_misses`] is set.
+    pub function_misses: Vec<Vec<FunctionMisses>>,
     /// Static code size of the functions executed in the region.
     pub code_size: CodeSize,
     /// Function profile (invocation order, calls).
@@ -327,6 +357,76 @@ struct LayoutRun {
     l1i: Cache,
     exec: Option<ExecTracker>,
     model: Option<LayoutModel>,
+    /// When [`Setup::function_misses`]: the layout's i-cache misses per function.
+    misses: Option<MissTracker>,
+}
+
+/// Per function (index `nf` for code outside any function): the i-cache misses of its
+/// fetches, its executed instructions and the distinct lines they touch
+/// ([`Setup::function_misses`]).
+struct MissTracker {
+    misses: Vec<u64>,
+    instrs: Vec<u64>,
+    /// Every line fetched, and the function of its first fetch.
+    lines: FxMap<u64, u32>,
+    /// The last line fetched: most fetches stay on the line before, and need no lookup.
+    last: u64,
+}
+
+impl MissTracker {
+    fn new(nf: usize) -> Self {
+        MissTracker {
+            misses: vec![0; nf + 1],
+            instrs: vec![0; nf + 1],
+            lines: FxMap::default(),
+            last: u64::MAX,
+        }
+    }
+
+    /// One instruction of function `f` (its index, or `nf`) fetched lines `first..=last`,
+    /// `missed` of which missed.
+    #[inline]
+    fn fetched(&mut self, f: usize, first: u64, last: u64, missed: u64) {
+        self.misses[f] += missed;
+        self.instrs[f] += 1;
+        if first == last && last == self.last {
+            return;
+        }
+        for l in first..=last {
+            self.lines.entry(l).or_insert(f as u32);
+        }
+        self.last = last;
+    }
+
+    /// The functions that executed, most misses first (then most instructions, then name).
+    fn result(&self, funcs: &[crate::codemap::RtFunc]) -> Vec<FunctionMisses> {
+        let mut lines = vec![0u64; self.misses.len()];
+        for &f in self.lines.values() {
+            lines[f as usize] += 1;
+        }
+        let mut out: Vec<FunctionMisses> = (0..self.misses.len())
+            .filter(|&f| self.instrs[f] > 0)
+            .map(|f| {
+                let (name, size) = funcs
+                    .get(f)
+                    .map_or((OUTSIDE.to_string(), 0), |x| (x.name.clone(), x.size));
+                FunctionMisses {
+                    name,
+                    size,
+                    instructions: self.instrs[f],
+                    lines: lines[f],
+                    misses: self.misses[f],
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.misses
+                .cmp(&a.misses)
+                .then(b.instructions.cmp(&a.instructions))
+                .then(a.name.cmp(&b.name))
+        });
+        out
+    }
 }
 
 /// The memory and timing model of one layout ([`LayoutSetup::timing`]).
@@ -384,6 +484,8 @@ pub struct Analyzer<'m> {
     exec: Vec<ExecTracker>,
     /// Per function: the highest end address of an instruction executed in it (0: none).
     hot_end: Vec<u64>,
+    /// Per hierarchy, when [`Setup::function_misses`]: its L1I's misses per function.
+    misses: Vec<MissTracker>,
 }
 
 impl<'m> Analyzer<'m> {
@@ -457,6 +559,9 @@ impl<'m> Analyzer<'m> {
                     l1i: Cache::new(l.l1i)?,
                     exec,
                     model,
+                    misses: setup
+                        .function_misses
+                        .then(|| MissTracker::new(map.funcs().len())),
                 });
             }
         }
@@ -471,6 +576,11 @@ impl<'m> Analyzer<'m> {
         };
         let nf = map.funcs().len();
         let n = hier.len();
+        let misses = if setup.function_misses {
+            (0..n).map(|_| MissTracker::new(nf)).collect()
+        } else {
+            Vec::new()
+        };
         Ok(Analyzer {
             roi,
             roi_begin,
@@ -499,6 +609,7 @@ impl<'m> Analyzer<'m> {
             layouts,
             exec,
             hot_end: vec![0; nf],
+            misses,
             map,
         })
     }
@@ -611,14 +722,27 @@ impl<'m> Analyzer<'m> {
             None => false,
         };
         self.instrs += 1;
+        let f = self.map.func(idx);
+        // The function misses are charged to: its index, or one past the last for none.
+        let fm = if f == NO_FUNC {
+            self.map.funcs().len()
+        } else {
+            f as usize
+        };
+        let last_byte = r.addr + r.size.max(1) as u64 - 1;
         for (i, h) in self.hier.iter_mut().enumerate() {
+            let before = h.l1i.stats.misses();
             self.iserved[i] = h.instr(r.addr, r.size);
             self.dserved[i] = Served::L1;
+            if let Some(m) = self.misses.get_mut(i) {
+                let lb = h.l1i.line_bits();
+                let missed = h.l1i.stats.misses() - before;
+                m.fetched(fm, r.addr >> lb, last_byte >> lb, missed);
+            }
         }
         for (t, h) in self.exec.iter_mut().zip(&self.hier) {
             t.executed(&h.l1i, r.addr, r.size);
         }
-        let f = self.map.func(idx);
         if let Some(e) = self.hot_end.get_mut(f as usize) {
             let end = r
                 .addr
@@ -644,8 +768,13 @@ impl<'m> Analyzer<'m> {
                     l.layout.map(f, fstart, r.addr)
                 };
                 let lb = l.l1i.line_bits();
-                for b in (a >> lb)..=((a + r.size.max(1) as u64 - 1) >> lb) {
-                    l.l1i.access_line(b, false);
+                let (first, last) = (a >> lb, (a + r.size.max(1) as u64 - 1) >> lb);
+                let mut missed = 0;
+                for b in first..=last {
+                    missed += u64::from(!l.l1i.access_line(b, false).hit);
+                }
+                if let Some(m) = &mut l.misses {
+                    m.fetched(fm, first, last, missed);
                 }
                 if let Some(t) = &mut l.exec {
                     t.executed(&l.l1i, a, r.size);
@@ -864,9 +993,18 @@ impl<'m> Analyzer<'m> {
                     l1i: l.l1i.stats,
                     breakdown: l.model.as_ref().map(|m| m.timing.breakdown()),
                     unused: l.exec.as_ref().map(ExecTracker::unused),
+                    function_misses: l
+                        .misses
+                        .as_ref()
+                        .map_or_else(Vec::new, |m| m.result(self.map.funcs())),
                 })
                 .collect(),
             unused: self.exec.iter().map(ExecTracker::unused).collect(),
+            function_misses: self
+                .misses
+                .iter()
+                .map(|m| m.result(self.map.funcs()))
+                .collect(),
             code_size,
             profile: self.profile,
             functions,
@@ -1300,9 +1438,83 @@ mod tests {
                 l1i: r.layouts[0].l1i,
                 breakdown: None,
                 unused: None,
+                function_misses: vec![],
             }]
         );
         assert_eq!(r.layouts[0].l1i.misses(), 400);
+    }
+
+    #[test]
+    fn misses_attributed_to_functions() {
+        use crate::layout::LayoutKind;
+        let img = four_functions();
+        let trace = four_functions_trace(50);
+        let mut map = CodeMap::new(&[(&img, 0)]);
+        let g = |s: &str| CacheConfig::parse(s).unwrap();
+        let h = HierarchyConfig {
+            l1i: g("256:1:32"),
+            l1d: g("1k:1:32"),
+            l2: None,
+            mode: crate::cache::Mode::Phyllo,
+        };
+        let first = Setup {
+            hierarchies: vec![h],
+            instructions: true,
+            function_misses: true,
+            ..Default::default()
+        };
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, first).unwrap();
+        let r1 = a.run(trace.as_bytes()).unwrap();
+        // As linked the four functions fit: each misses its two lines once (cold).
+        assert_eq!(r1.function_misses.len(), 1);
+        let f = &r1.function_misses[0];
+        assert_eq!(f.len(), 4);
+        for (k, m) in f.iter().enumerate() {
+            // Equal misses: most instructions, then the name, decides the order.
+            assert_eq!(m.name, format!("f{k}"));
+            assert_eq!((m.size, m.lines, m.misses), (64, 2, 2));
+            assert_eq!(m.instructions, 50 * 17);
+        }
+        assert_eq!(
+            f.iter().map(|m| m.misses).sum::<u64>(),
+            r1.caches[0].1.misses()
+        );
+        // Not asked for: nothing attributed.
+        let mut map2 = CodeMap::new(&[(&img, 0)]);
+        let plain = Setup {
+            hierarchies: vec![h],
+            ..Default::default()
+        };
+        let a = Analyzer::new(&mut map2, RoiFilter::whole_program(), u64::MAX, plain).unwrap();
+        assert!(a.run(trace.as_bytes()).unwrap().function_misses.is_empty());
+        // The bad layout puts every function on the first two sets, f3 twice as far: all
+        // four conflict, so every line misses every round, and the misses add up to the
+        // layout's i-cache's.
+        let period = h.l1i.sets() * h.l1i.line as u64;
+        let mut p = r1.profile.clone();
+        p.order = vec![0, 1, 2, 3];
+        let bad = Layout::compute(&LayoutKind::Bad, map.funcs(), &p, period, 50, 0x1000);
+        let second = Setup {
+            layouts: Some(LayoutSetup {
+                l1i: h.l1i,
+                layouts: vec![bad],
+                timing: None,
+            }),
+            function_misses: true,
+            ..Default::default()
+        };
+        let a = Analyzer::new(&mut map, RoiFilter::whole_program(), u64::MAX, second).unwrap();
+        let r = a.run(trace.as_bytes()).unwrap();
+        let l = &r.layouts[0];
+        assert_eq!(l.function_misses.len(), 4);
+        assert!(l
+            .function_misses
+            .iter()
+            .all(|m| m.misses == 50 * 2 && m.lines == 2));
+        assert_eq!(
+            l.function_misses.iter().map(|m| m.misses).sum::<u64>(),
+            l.l1i.misses()
+        );
     }
 
     #[test]

@@ -87,6 +87,7 @@ fn setup(sw: &Sweep, fusion: bool) -> Setup {
         fusion: fusion.then(|| FusionSetup::all(0, t)),
         layouts: None,
         unused: false,
+        function_misses: false,
     }
 }
 
