@@ -243,10 +243,15 @@ impl Gcm {
         let pre: &[u8] = Self::ahead_for(ahead, counter).map_or(&[], |a| &a.stream);
         let n = data.len().min(pre.len());
         xor(&mut data[..n], &pre[..n]);
+        let rest = &mut data[n..];
+        if rest.is_empty() {
+            // The usual short message: all of its keystream was computed ahead.
+            return;
+        }
         // The rest, eight blocks per call so AES-NI pipelines them. `n` is a whole number
         // of blocks here (it is the keystream kept ahead, or zero).
         let mut next = 2 + (n / 16) as u32;
-        for chunk in data[n..].chunks_mut(16 * 8) {
+        for chunk in rest.chunks_mut(16 * 8) {
             let mut ks = [Block::default(); 8];
             let blocks = chunk.len().div_ceil(16);
             for b in &mut ks[..blocks] {
@@ -261,8 +266,8 @@ impl Gcm {
     }
 
     /// GHASH of the associated data and the ciphertext (its bytes as a little-endian
-    /// integer): XOR the tag mask, the tag. The blocks are gathered in runs of [`RUN`], each absorbed at
-    /// once: a short message is one run.
+    /// integer): XOR the tag mask, the tag. A short message's blocks are gathered without a
+    /// loop; longer ones in runs of [`RUN`], each absorbed at once.
     #[inline]
     fn ghash(&self, ad: &[u8], ct: &[u8]) -> u128 {
         // The lengths block: both bit lengths big-endian, as bytes.
@@ -314,14 +319,6 @@ impl Gcm {
         ad: &[u8],
         data: &mut [u8],
     ) -> Result<[u8; TAG_LEN], TooLong> {
-        if let Some(a) = Self::ahead_for(ahead, counter) {
-            if data.len() <= AHEAD_BYTES {
-                // The usual short message: an XOR with the keystream computed ahead, GHASH,
-                // and the tag mask computed ahead.
-                xor(data, &a.stream[..data.len()]);
-                return Ok((self.ghash(ad, data) ^ u128::from_le_bytes(a.mask)).to_le_bytes());
-            }
-        }
         if data.len() as u64 > MAX_LEN {
             return Err(TooLong);
         }
@@ -344,17 +341,6 @@ impl Gcm {
             return false;
         }
         let tag = u128::from_le_bytes(*tag);
-        if let Some(a) = Self::ahead_for(ahead, counter) {
-            if data.len() <= AHEAD_BYTES {
-                // The usual short message, as in `seal`.
-                let want = self.ghash(ad, data) ^ u128::from_le_bytes(a.mask);
-                if !bool::from(want.ct_eq(&tag)) {
-                    return false;
-                }
-                xor(data, &a.stream[..data.len()]);
-                return true;
-            }
-        }
         let want = self.ghash(ad, data) ^ u128::from_le_bytes(self.mask(ahead, counter));
         if !bool::from(want.ct_eq(&tag)) {
             return false;
