@@ -320,14 +320,12 @@ impl Layout {
         if header_len > MAX_HEADER {
             return Err(LayoutError::TooLarge(header_len));
         }
+        let access: Vec<Access> = locs.iter().map(|&l| Access::new(l, header_len)).collect();
         Ok(Layout {
             upper_fields: upper_fields(specs, &locs, layers, header_len),
             field_mask: bit_mask(&locs, header_len, order),
-            access: locs.iter().map(|&l| Access::new(l, header_len)).collect(),
-            puts: locs
-                .iter()
-                .map(|&l| Put::of(&Access::new(l, header_len), order))
-                .collect(),
+            puts: access.iter().map(|a| Put::of(a, order)).collect(),
+            access,
             names: specs.iter().map(|s| s.name).collect(),
             locs,
             header_len,

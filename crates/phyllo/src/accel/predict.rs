@@ -274,8 +274,8 @@ impl Predictions {
     /// prediction from zero (only its protocol-specific bits are compared).
     pub(crate) fn refresh<S: LayerSet>(&mut self, core: &Core<S>) {
         let layout = core.layout();
-        // Whole header areas, copied and cleared with fixed-size moves (the bytes past the
-        // header are zero in the template too).
+        // Whole header areas, copied and cleared with fixed-size moves; only the first
+        // `header_len` bytes are the predictions.
         let ps = &mut self.send.bytes;
         *ps = *core.template_area();
         let pd = &mut self.deliver.bytes;
