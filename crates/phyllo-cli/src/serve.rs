@@ -16,7 +16,8 @@ use crate::transfer::{Message, PING};
 use anyhow::{bail, Context, Result};
 use phyllo::{Event, PeerId, PublicKey, SessionSendError};
 use phyllo_net::{EngineConfig, SessionSocket};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,9 +110,12 @@ struct Peer {
 struct App<'a> {
     args: &'a ServeArgs,
     store: Store,
-    peers: HashMap<PeerId, Peer>,
+    /// By peer: the endpoint's identifiers, which no datagram chooses, so a fast hash.
+    peers: FxHashMap<PeerId, Peer>,
     /// Transfers ended, stored or refused, by every worker.
     ended_transfers: &'a AtomicU64,
+    /// The peers with deliveries this round (kept to keep its allocation).
+    readable: Vec<PeerId>,
 }
 
 impl App<'_> {
@@ -156,35 +160,36 @@ impl App<'_> {
                 }
             }
         }
-        let readable = node.take_readable();
-        for p in readable {
+        let mut readable = std::mem::take(&mut self.readable);
+        node.take_readable_into(&mut readable);
+        for &p in &readable {
             // Every readable peer has a key; one the endpoint forgot has nothing to read.
             let Some(key) = node.endpoint().peer_key(p) else {
                 continue;
             };
             let st = self.peers.entry(p).or_default();
             loop {
-                let now = node.now();
-                // Replies first, in order; a full session stops this peer's reading until
-                // the next round (its messages wait in the session, nothing is lost).
-                while let Some(r) = st.replies.front() {
-                    match node.endpoint_mut().send(now, p, r) {
-                        Ok(()) => {
-                            st.replies.pop_front();
-                        }
-                        Err(SessionSendError::WouldBlock) => break,
-                        Err(e) => {
-                            tracing::warn!(
-                                peer = %Fingerprint(key),
-                                "reply dropped: {e}"
-                            );
-                            st.replies.pop_front();
+                // Replies that waited go first, in order; a full session stops this peer's
+                // reading until the next round (its messages wait in the session, nothing
+                // is lost).
+                if !st.replies.is_empty() {
+                    let now = node.now();
+                    while let Some(r) = st.replies.front() {
+                        match node.endpoint_mut().send(now, p, r) {
+                            Ok(()) => {
+                                st.replies.pop_front();
+                            }
+                            Err(SessionSendError::WouldBlock) => break,
+                            Err(e) => {
+                                tracing::warn!(peer = %Fingerprint(key), "reply dropped: {e}");
+                                st.replies.pop_front();
+                            }
                         }
                     }
-                }
-                if !st.replies.is_empty() {
-                    node.mark_readable(p);
-                    break;
+                    if !st.replies.is_empty() {
+                        node.mark_readable(p);
+                        break;
+                    }
                 }
                 let store = &self.store;
                 let ended = self.ended_transfers;
@@ -193,11 +198,22 @@ impl App<'_> {
                     .poll_delivery_with(p, |m| answer(st, store, key, m, ended));
                 match got {
                     None => break,
-                    Some(Some(reply)) => st.replies.push_back(reply),
+                    // Nothing waits before it: the answer goes into the session now.
+                    Some(Some(reply)) => {
+                        let now = node.now();
+                        match node.endpoint_mut().send(now, p, &reply) {
+                            Ok(()) => {}
+                            Err(SessionSendError::WouldBlock) => st.replies.push_back(reply),
+                            Err(e) => {
+                                tracing::warn!(peer = %Fingerprint(key), "reply dropped: {e}");
+                            }
+                        }
+                    }
                     Some(None) => {}
                 }
             }
         }
+        self.readable = readable;
         Ok(())
     }
 
@@ -484,8 +500,9 @@ impl<'a> Shared<'a> {
         App {
             args: self.args,
             store: self.store.clone(),
-            peers: HashMap::new(),
+            peers: FxHashMap::default(),
             ended_transfers: self.ended,
+            readable: Vec::new(),
         }
     }
 

@@ -83,6 +83,9 @@ pub struct SessionSocket {
     busy: bool,
     /// Peers that received data since the caller last took this list.
     readable: Vec<PeerId>,
+    /// The current [`pump`](SessionSocket::pump) round handed the endpoint data for the
+    /// application.
+    delivered: bool,
     /// Sockets of their own for peers with an established session, when on
     /// ([`SessionSocket::bind_dedicating`]): `(peer, socket)` by index, `None` once closed.
     dedicated: Vec<Option<(PeerId, UdpLink)>>,
@@ -283,6 +286,7 @@ impl SessionSocket {
             tx_bytes: 0,
             busy: false,
             readable: Vec::new(),
+            delivered: false,
             dedicated: Vec::new(),
             dedicated_of: HashMap::new(),
             opened: Vec::new(),
@@ -313,6 +317,13 @@ impl SessionSocket {
     /// came; their messages wait in the endpoint (`poll_delivery_with`).
     pub fn take_readable(&mut self) -> Vec<PeerId> {
         std::mem::take(&mut self.readable)
+    }
+
+    /// [`take_readable`](Self::take_readable) into `into` (cleared first), keeping both
+    /// lists' allocations: a server's loop that calls this every round allocates nothing.
+    pub fn take_readable_into(&mut self, into: &mut Vec<PeerId>) {
+        into.clear();
+        std::mem::swap(into, &mut self.readable);
     }
 
     /// Put `peer` back on the list [`take_readable`](Self::take_readable) returns, e.g. when
@@ -369,10 +380,18 @@ impl SessionSocket {
         self.rx.refill(|| ep.alloc().into_parts().0);
     }
 
-    /// One round: send, wait for input at most `wait` (or until the endpoint's next timer),
-    /// hand it to the endpoint, run due timers, send again. Returns datagrams received.
+    /// One round: send, run the endpoint's due timers and send what they made, wait for input
+    /// at most `wait` (or until the endpoint's next timer), hand it to the endpoint, run due
+    /// timers again, send again. Returns datagrams received.
+    ///
+    /// The order keeps deferred work off the round trip (seed 004 §3.1): the accelerator's
+    /// post-processing is a timer due at once, so it runs after what is queued has left and
+    /// while its answer travels. When this round delivered data, the timers after the receive
+    /// wait for the next round instead: the application answers the deliveries first, and the
+    /// next `pump` sends the answers before it runs the post-processing of both.
     pub fn pump(&mut self, wait: Duration) -> Result<usize, NetError> {
         self.flush()?;
+        self.run_due()?;
         let now = self.now();
         let wait = match self.ep.poll_timeout() {
             Some(t) if t <= now => Duration::ZERO,
@@ -380,6 +399,7 @@ impl SessionSocket {
             None => wait,
         };
         self.refill();
+        self.delivered = false;
         let mut got = if self.busy {
             self.link
                 .recv_busy(&mut self.rx, Instant::now() + wait)
@@ -402,7 +422,7 @@ impl SessionSocket {
             // Busy-polling is the latency loop: deliveries go to the application at once,
             // not after one more receive that finds nothing (a system call on every round
             // trip's critical path); the next round receives the rest.
-            if rounds >= 8 || (self.busy && !self.readable.is_empty()) {
+            if rounds >= 8 || (self.busy && self.delivered) {
                 break;
             }
             self.flush()?;
@@ -412,8 +432,23 @@ impl SessionSocket {
                 .try_recv(&mut self.rx)
                 .map_err(NetError::Receive)?;
         }
-        self.timers()?;
+        if self.delivered {
+            // The next round runs the timers, after the answers left.
+            self.flush()?;
+        } else {
+            self.timers()?;
+        }
         Ok(total)
+    }
+
+    /// The endpoint's timers due now, and what they send.
+    fn run_due(&mut self) -> Result<(), NetError> {
+        let now = self.now();
+        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+            self.ep.handle_timeout(now);
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Hand the datagrams of the last receive to the endpoint; how many there were. Data that
@@ -435,6 +470,7 @@ impl SessionSocket {
                 continue;
             };
             if let Input::Data(p) = self.ep.handle_msg(now, from, m) {
+                self.delivered = true;
                 push_once(&mut self.readable, p);
                 if shared && self.dedicating && !newcomers.contains(&(p, from)) {
                     newcomers.push((p, from));
@@ -636,16 +672,16 @@ impl SessionSocket {
         Ok(got)
     }
 
-    /// Run the endpoint's due timers and send what they produce.
+    /// Send what is queued, then run the endpoint's due timers and send what they produce.
+    /// What is queued goes first: among the due timers is the accelerator's deferred
+    /// post-processing, which belongs after the datagram left, not before it.
     pub fn timers(&mut self) -> Result<(), NetError> {
-        let now = self.now();
-        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
-            self.ep.handle_timeout(now);
-        }
+        self.flush()?;
+        self.run_due()?;
         if self.dedicating {
             self.prune_dedicated();
         }
-        self.flush()
+        Ok(())
     }
 
     /// How long until the endpoint's next timer (`None`: no timer).

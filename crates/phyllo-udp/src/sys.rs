@@ -164,6 +164,11 @@ fn set_option(
 /// address; a segmented piece carries a `UDP_SEGMENT` control message (the kernel
 /// concatenates its iovecs and cuts the whole into segments). Returns how many pieces
 /// the kernel took.
+///
+/// Out of line: its arrays take about 20 KiB of stack, and inlined into a caller that often
+/// has nothing to send (a driver's flush) they would cost that caller a probe of every page
+/// on every call.
+#[inline(never)]
 pub(super) fn send_pieces<'a>(
     fd: BorrowedFd<'_>,
     pieces: &[Piece],
@@ -225,7 +230,8 @@ pub(super) fn send_pieces<'a>(
     if n == 0 {
         return Ok(0);
     }
-    if !batching {
+    // One message goes with `sendmsg`: the same as a `sendmmsg` of one, for less kernel work.
+    if !batching || n == 1 {
         for (i, m) in msgs.iter_mut().take(n).enumerate() {
             // SAFETY: the first `n` headers were initialised above; each points at its
             // iovecs, name and control message, all on this frame, and the iovecs at data

@@ -134,6 +134,7 @@ use crate::stack::{DynStack, LayerSet};
 use crate::time::Time;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -1221,7 +1222,10 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     rng: ChaCha20Rng,
     peers: Vec<Peer<S>>,
     by_key: HashMap<PublicKey, PeerId>,
-    by_index: HashMap<u32, PeerId>,
+    /// Sessions by their local index, which every data datagram names. The indices are this
+    /// end's own random choices ([`fresh_index`](Self::fresh_index)), never a sender's, so a
+    /// fast unkeyed hash serves: a datagram chooses only which entry it looks up.
+    by_index: FxHashMap<u32, PeerId>,
     sessions: usize,
     /// Buffers for the application's messages and the driver's receives
     /// ([`alloc`](SessionEndpoint::alloc)), fed by the datagrams the driver sent
@@ -1281,7 +1285,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             rng: ChaCha20Rng::from_seed(seed),
             peers: Vec::new(),
             by_key: HashMap::new(),
-            by_index: HashMap::new(),
+            by_index: FxHashMap::default(),
             sessions: 0,
             pool: Pool::default(),
             control: VecDeque::new(),

@@ -571,7 +571,12 @@ impl Accelerator {
                 core.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
             }
             core.drain(now, self);
-            self.predict.refresh(core);
+            // A send's post-processing that follows refreshes the predictions once for both
+            // (nothing between reads them: what the delivery's post-phases originated went
+            // the layered way).
+            if !self.pending.send {
+                self.predict.refresh(core);
+            }
         }
     }
 
