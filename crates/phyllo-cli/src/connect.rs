@@ -157,7 +157,6 @@ struct Client {
     /// Since when no session has been up (`None`: one is).
     down_since: Option<Instant>,
     timeout: Duration,
-    busy: bool,
     /// Whether the transfer has started (what an unreachable server may hold).
     started: bool,
     /// When the socket last moved to a new port (or was made).
@@ -173,12 +172,10 @@ impl Client {
     /// ([`ended`](Self::ended)) and a new one started at once; no session for `timeout` is
     /// [`Failure::Unreachable`].
     fn pump(&mut self) -> Result<()> {
-        let wait = if self.busy {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(1)
-        };
-        self.node.pump(wait)?;
+        // At most a millisecond, spinning on the socket when busy-polling (which returns as
+        // soon as a datagram is in): a pump that never waited would spin through the whole
+        // round (timers, flushes, events) between two looks at the socket.
+        self.node.pump(Duration::from_millis(1))?;
         while let Some(e) = self.node.endpoint_mut().poll_event() {
             match e {
                 Event::Established { .. } => self.down_since = None,
@@ -315,7 +312,6 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
         ended: false,
         down_since: Some(Instant::now()),
         timeout: Duration::from_secs_f64(args.timeout),
-        busy: args.busy_poll,
         started: false,
         rebound: Instant::now(),
     };

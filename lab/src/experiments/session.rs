@@ -607,7 +607,8 @@ fn session_ping(node: &mut SessionSocket, p: PeerId, msg: &[u8]) -> Result<()> {
     // Sessions that ended meanwhile, and why (for the error).
     let mut ended = Vec::new();
     loop {
-        node.pump(Duration::ZERO)?;
+        // Busy-polling, this spins on the socket until a datagram is in (at most 1 ms).
+        node.pump(Duration::from_millis(1))?;
         if node.endpoint_mut().poll_delivery_with(p, |_| ()).is_some() {
             return Ok(());
         }
