@@ -95,6 +95,9 @@ pub struct PingPongConfig {
     pub round_timeout: Duration,
     /// The whole run stops after this long, complete or not.
     pub deadline: Duration,
+    /// Start round trips at most this often (seed 004 Figure 5's offered rate); behind
+    /// schedule, the next ones start at once. `None`: back to back.
+    pub pace: Option<Duration>,
 }
 
 impl PingPongConfig {
@@ -107,6 +110,7 @@ impl PingPongConfig {
             warmup: (rounds / 10).min(1000),
             round_timeout: Duration::from_millis(100),
             deadline: Duration::from_secs(60),
+            pace: None,
         }
     }
 }
@@ -120,12 +124,19 @@ pub struct PingPongResult {
     pub lost_rounds: u64,
     /// True when the deadline ended the run before all rounds were measured.
     pub timed_out: bool,
+    /// From the first measured round's start to the last one's end.
+    pub span: Duration,
 }
 
 impl PingPongResult {
     /// Order statistics of the samples.
     pub fn summary(&self) -> Option<Summary> {
         Summary::from_samples(&self.samples_ns)
+    }
+
+    /// Round trips per second achieved over the measured rounds.
+    pub fn achieved_rate(&self) -> f64 {
+        self.samples_ns.len() as f64 / self.span.as_secs_f64().max(1e-9)
     }
 }
 
@@ -243,7 +254,18 @@ fn pingpong_client(
     let mut payload = vec![0xA5u8; cfg.payload];
     let mut reply = vec![0u8; MAX_UDP_PAYLOAD + 1];
     let tagged = cfg.payload >= 8;
+    let mut next_start = Instant::now();
+    let mut first = None;
     'rounds: for round in 0..(cfg.warmup + cfg.rounds) as u64 {
+        if let Some(p) = cfg.pace {
+            while Instant::now() < next_start {
+                std::hint::spin_loop();
+            }
+            next_start += p;
+        }
+        if round == cfg.warmup as u64 {
+            first = Some(Instant::now());
+        }
         if tagged {
             payload[..8].copy_from_slice(&round.to_le_bytes());
         }
@@ -280,6 +302,7 @@ fn pingpong_client(
                 Some(rtt) => {
                     if round >= cfg.warmup as u64 {
                         out.samples_ns.push(rtt.as_nanos() as u64);
+                        out.span = first.map_or(Duration::ZERO, |f| f.elapsed());
                     }
                     continue 'rounds;
                 }

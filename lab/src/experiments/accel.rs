@@ -529,9 +529,24 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
             .collect()
     };
     let (mut latency, mut achieved) = (series(), series());
+    // Raw UDP at the same offered rates, interleaved: the knee no stack over this kernel path
+    // can pass, which bounds the ratio of two stacks' knees.
+    let raw_series = || Series {
+        name: "raw UDP".into(),
+        points: vec![],
+    };
+    let (mut raw_latency, mut raw_achieved) = (raw_series(), raw_series());
     for &rate in &rates {
         let rounds = ((rate * seconds) as usize).max(200);
         let pace = Duration::from_secs_f64(1.0 / rate);
+        let raw = raw_pingpong(&PingPongConfig {
+            pace: Some(pace),
+            ..PingPongConfig::new(rounds, 8)
+        })?;
+        raw_latency
+            .points
+            .push((rate, median(&raw.samples_ns) / 1e3));
+        raw_achieved.points.push((rate, raw.achieved_rate()));
         for (k, &(_, spec, on)) in variants.iter().enumerate() {
             let r = rtt_udp_paced(spec, on, 8, rounds, true, Some(pace))?;
             latency[k].points.push((rate, median(&r.samples_ns) / 1e3));
@@ -593,6 +608,29 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
     }
     figures.push(("accel.knee_rate_ratio".into(), knees[3] / knees[2]));
     figures.push(("accel.knee_rate_ratio_plain".into(), knees[1] / knees[0]));
+    // What `accel.knee_rate_ratio` could be at most: no stack achieves more round trips than
+    // raw UDP over the same kernel path, so no accelerated knee lies much above raw UDP's
+    // saturation (a knee's rate is achieved within 5 %).
+    let raw_knee = knee(&raw_achieved);
+    let raw_sat = saturation(&raw_achieved);
+    figures.push(("accel.knee_rate_raw_udp".into(), raw_knee));
+    figures.push(("accel.saturation_rate_raw_udp".into(), raw_sat));
+    figures.push(("accel.knee_rate_ratio_ceiling".into(), raw_sat / knees[2]));
+    table.rows.push(vec![
+        "raw UDP (no stack)".into(),
+        "—".into(),
+        format!("{raw_knee:.0}"),
+        format!("{raw_sat:.0}"),
+        raw_latency
+            .points
+            .first()
+            .map_or("—".to_string(), |p| format!("{:.2}", p.1)),
+        raw_latency
+            .points
+            .iter()
+            .find(|p| p.0 == raw_knee)
+            .map_or("—".to_string(), |p| format!("{:.2}", p.1)),
+    ]);
     let sat = |k: usize| saturation(&achieved[k]);
     figures.push(("accel.saturation_rate_ratio".into(), sat(3) / sat(2)));
     figures.push(("accel.saturation_rate_ratio_plain".into(), sat(1) / sat(0)));
@@ -634,7 +672,11 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
          is {:.2} µs against the layered one's {:.2} µs (plain; sealed {:.2} against {:.2}). \
          The accelerated stack's deferred work falls due {} µs \
          (`phyllo::accel::DEFERRED_GRACE`) after the operation that left it, and the driver \
-         runs it when a receive finds nothing, off the next round trip.",
+         runs it when a receive finds nothing, off the next round trip. Raw UDP, paced the \
+         same way with no stack at all, keeps up to {:.0} k/s and achieves at most {:.0} k/s; \
+         no stack over this kernel path achieves more, so however little the accelerated \
+         stack did, its knee could lie at most about {:.2} × the sealed layered one's \
+         (`accel.knee_rate_ratio_ceiling`: raw UDP's most over that knee).",
         us(rt_lo),
         us(rt_hi),
         us(m.raw),
@@ -653,6 +695,9 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
         at_first(3),
         at_first(2),
         phyllo::accel::DEFERRED_GRACE.as_micros(),
+        raw_knee / 1e3,
+        raw_sat / 1e3,
+        raw_sat / knees[2],
     );
     // Each variant's knee as a point of its own on the latency plot, and the diagonal (all
     // that is offered, achieved) on the other.
@@ -687,7 +732,11 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
             // A round trip that the scheduler delayed (milliseconds among microseconds) would
             // flatten every other point on a linear axis.
             log_y: true,
-            series: latency.into_iter().chain(knee_marks).collect(),
+            series: latency
+                .into_iter()
+                .chain(std::iter::once(raw_latency))
+                .chain(knee_marks)
+                .collect(),
             caption: "Lower is better; each variant's knee (the highest offered rate it keeps up \
                       with, read off the achieved-vs-offered plot) is marked. Up to its knee a \
                       line should stay near its idle round trip, and the accelerated lines' \
@@ -702,7 +751,10 @@ fn knee_sweep(quick: bool, m: &Measured) -> anyhow::Result<KneeSweep> {
             title: "Achieved vs offered round trips per second: each line leaves the diagonal at its knee".into(),
             x_label: "offered round trips / s".into(),
             y_label: "achieved round trips / s".into(),
-            series: std::iter::once(diagonal).chain(achieved).collect(),
+            series: std::iter::once(diagonal)
+                .chain(achieved)
+                .chain(std::iter::once(raw_achieved))
+                .collect(),
             caption: "Each line leaves the diagonal at its knee; the accelerated lines should \
                       leave it further right than the layered ones of the same stack \
                       (`accel.knee_rate_ratio`, `accel.knee_rate_ratio_plain`). Past its knee, \
