@@ -601,7 +601,9 @@ impl<S: LayerSet> Connection<S> {
     pub fn handle_timeout(&mut self, now: Time) {
         match self.pa.as_deref_mut() {
             Some(pa) => pa.handle_timeout(&mut self.core, now),
-            None => self.core.run_timers(now, &mut Bare),
+            None => {
+                self.core.run_timers(now, &mut Bare);
+            }
         }
     }
 

@@ -2159,7 +2159,12 @@ impl<S: LayerSet> SessionEndpoint<S> {
     fn touch(&mut self, now: Time, p: PeerId) {
         let peer = &mut self.peers[p.0 as usize];
         for s in peer.sessions_mut() {
-            s.confirm(&mut self.pool);
+            // While the accelerator's post-processing is pending, the acknowledgements the
+            // last datagram carried are not taken in yet, so nothing new can be confirmed: the
+            // post-processing is a timer, and this runs again after it.
+            if !s.conn.needs_post_process() {
+                s.confirm(&mut self.pool);
+            }
         }
         let retire_after = self.cfg.retire_after;
         if let Some(r) = &mut peer.retiring {

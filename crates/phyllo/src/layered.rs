@@ -341,15 +341,18 @@ impl<S: LayerSet> Core<S> {
         self.drain(now, edge);
     }
 
-    /// Run the layer timers that are due.
-    pub(crate) fn run_timers(&mut self, now: Time, edge: &mut impl Edge) {
+    /// Run the layer timers that are due; whether any was.
+    pub(crate) fn run_timers(&mut self, now: Time, edge: &mut impl Edge) -> bool {
+        let mut ran = false;
         for i in 0..self.timers.len() {
             if self.timers[i].is_some_and(|t| t <= now) {
                 self.timers[i] = None;
                 self.with_cx(now, i, |layers, cx| layers.on_timer_at(i, cx));
+                ran = true;
             }
         }
         self.drain(now, edge);
+        ran
     }
 
     /// Process what layers originated, each message to completion.

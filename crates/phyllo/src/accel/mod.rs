@@ -196,11 +196,14 @@ impl Accelerator {
         self.actionable(core).then(|| self.last + DEFERRED_GRACE)
     }
 
-    /// Run the deferred work, then the layers' due timers.
+    /// Run the deferred work, then the layers' due timers. The deferred work leaves the
+    /// predictions refreshed; a timer that ran (a retransmission, an acknowledgement) changed
+    /// what they predict, so they are refreshed again only then.
     pub(crate) fn handle_timeout<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
         self.post_process(core, now);
-        core.run_timers(now, self);
-        self.predict.refresh(core);
+        if core.run_timers(now, self) {
+            self.predict.refresh(core);
+        }
     }
 
     /// Rebuild the template the layers' originated messages and the send prediction start
