@@ -712,6 +712,27 @@ pub trait Layer: Send {
         let _ = p;
     }
 
+    /// Write into the send prediction `p` the gossip fields (an acknowledgement) as
+    /// [`predict_send`](Self::predict_send) will write them once the delivery this layer
+    /// predicts ([`predict_deliver`](Self::predict_deliver)) has been post-processed. The
+    /// accelerator keeps this second send prediction beside the first: a send while the fast
+    /// path's delivery still waits for its post-processing (a reply) carries it, as the
+    /// layered path's send would (it runs `post_deliver` first). So a reply does not wait for
+    /// the delivery's post-processing, and still acknowledges it.
+    ///
+    /// Gossip may be out of date (seed 004 §2.1), never ahead: write only what holds once
+    /// `post_deliver` has run. The default writes nothing; a layer that writes something says
+    /// so with [`gossips`](Self::gossips).
+    fn predict_gossip(&self, p: &mut Predict<'_>) {
+        let _ = p;
+    }
+
+    /// Whether [`predict_gossip`](Self::predict_gossip) writes anything: the accelerator
+    /// calls only the layers that say so.
+    fn gossips(&self) -> bool {
+        false
+    }
+
     /// Whether this layer tells the accelerator everything its pre-phases would do to a
     /// usual message: its protocol-specific and gossip fields through
     /// [`predict_send`](Self::predict_send) and [`predict_deliver`](Self::predict_deliver),
@@ -815,6 +836,12 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn predict_deliver(&self, p: &mut Predict<'_>) {
         (**self).predict_deliver(p)
+    }
+    fn predict_gossip(&self, p: &mut Predict<'_>) {
+        (**self).predict_gossip(p)
+    }
+    fn gossips(&self) -> bool {
+        (**self).gossips()
     }
     fn predicts(&self) -> bool {
         (**self).predicts()

@@ -67,6 +67,10 @@ pub trait LayerSet {
     fn predict_send_at(&self, i: usize, p: &mut Predict<'_>);
     /// [`Layer::predict_deliver`] of layer `i`.
     fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>);
+    /// [`Layer::predict_gossip`] of layer `i`.
+    fn predict_gossip_at(&self, i: usize, p: &mut Predict<'_>);
+    /// [`Layer::gossips`] of layer `i`.
+    fn gossips_at(&self, i: usize) -> bool;
     /// [`Layer::predicts`] of layer `i`.
     fn predicts_at(&self, i: usize) -> bool;
     /// [`Layer::transforms_body`] of layer `i`.
@@ -280,6 +284,12 @@ impl LayerSet for DynStack {
     fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>) {
         self[i].predict_deliver(p)
     }
+    fn predict_gossip_at(&self, i: usize, p: &mut Predict<'_>) {
+        self[i].predict_gossip(p)
+    }
+    fn gossips_at(&self, i: usize) -> bool {
+        self[i].gossips()
+    }
     fn predicts_at(&self, i: usize) -> bool {
         self[i].predicts()
     }
@@ -335,6 +345,10 @@ impl LayerSet for () {
     fn deliver_filter_at(&self, _: usize, _: &mut Segment) {}
     fn predict_send_at(&self, _: usize, _: &mut Predict<'_>) {}
     fn predict_deliver_at(&self, _: usize, _: &mut Predict<'_>) {}
+    fn predict_gossip_at(&self, _: usize, _: &mut Predict<'_>) {}
+    fn gossips_at(&self, _: usize) -> bool {
+        false
+    }
     fn predicts_at(&self, _: usize) -> bool {
         true
     }
@@ -488,6 +502,20 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.predict_deliver(p)
         } else {
             self.1.predict_deliver_at(i - 1, p)
+        }
+    }
+    fn predict_gossip_at(&self, i: usize, p: &mut Predict<'_>) {
+        if i == 0 {
+            self.0.predict_gossip(p)
+        } else {
+            self.1.predict_gossip_at(i - 1, p)
+        }
+    }
+    fn gossips_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.gossips()
+        } else {
+            self.1.gossips_at(i - 1)
         }
     }
     fn predicts_at(&self, i: usize) -> bool {

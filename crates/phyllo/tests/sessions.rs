@@ -458,11 +458,22 @@ fn sessions_rekey_before_the_key_limit_without_losing_or_reordering_anything() {
             "the answers, accel {accel}"
         );
         let sessions = w.established_at(w.client).len();
-        assert!(sessions >= 5, "accel {accel}: only {sessions} sessions");
+        let s = w.net.nodes[w.client].ep.peer_stats(p).unwrap();
+        // Rekeyed every 40 datagrams (out and in), give or take those in flight while the
+        // next handshake ran: how many sessions that makes depends on how many datagrams
+        // the messages took (the accelerator packs them, and replies carry the
+        // acknowledgements).
+        assert!(
+            sessions >= 3,
+            "accel {accel}: only {sessions} sessions ({s:?})"
+        );
+        assert!(
+            s.datagrams_out + s.datagrams_in <= 60 * sessions as u64,
+            "accel {accel}: {sessions} sessions for {s:?}"
+        );
         assert!(w.ended(w.client).is_empty(), "{:?}", w.ended(w.client));
         assert!(w.ended(w.server).is_empty(), "{:?}", w.ended(w.server));
         // No session sent more datagrams than the limit allows.
-        let s = w.net.nodes[w.client].ep.peer_stats(p).unwrap();
         assert!(s.datagrams_out <= 80 * sessions as u64, "{s:?}");
     }
 }

@@ -452,8 +452,10 @@ impl Experiment for Accel {
                  `seal` (AES-256-GCM). Critical paths are medians of individually timed calls \
                  (clock overhead subtracted): `send` until the datagram is queued for the link, \
                  and a datagram's arrival until the message is queued for the application; the \
-                 accelerator's deferred post-processing runs untimed in between, as in idle \
-                 time. Total CPU per message includes everything (half a round trip on one \
+                 accelerator's deferred post-processing runs untimed in between, where the \
+                 drivers run it: after the datagram left, so a node that answers a delivery \
+                 post-processes both together (its answer carries the acknowledgement from \
+                 the send prediction after the delivery, `Layer::predict_gossip`). Total CPU per message includes everything (half a round trip on one \
                  thread). The hit ratio counts application messages sent and delivered on the \
                  fast path; acknowledgements are protocol messages and take the layered path."
                         .into(),

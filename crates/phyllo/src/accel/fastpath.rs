@@ -229,7 +229,7 @@ impl Accelerator {
         msgs: u64,
         count_packing: bool,
     ) {
-        body.prepend(self.predict.send_header(self.header_len));
+        body.prepend(self.predict.send_header(self.header_len, false));
         if packed && count_packing {
             self.mark_packed(&mut body, core.layout(), msgs);
         } else if packed {
@@ -266,7 +266,10 @@ impl Accelerator {
     ) -> Option<&'static str> {
         self.stats.checked_sends += 1;
         let panic = self.send_check.panics();
-        predict::check_send(&self.predict, core, now, m, body.data(), panic)
+        // With a delivery's post-processing pending, the fast send carried its gossip; the
+        // layered pre-sends, run before that post-processing, do not know it yet.
+        let gossip = self.pending.deliver;
+        predict::check_send(&self.predict, core, now, m, body.data(), gossip, panic)
     }
 
     /// [`send_one`](Self::send_one); `check`: check the sent header against the layered path.
@@ -287,7 +290,9 @@ impl Accelerator {
         check: bool,
     ) -> Option<(&'static str, Msg)> {
         let hl = self.header_len;
-        m.prepend(self.predict.send_header(hl));
+        // While the fast path's delivery waits for its post-processing, the send carries
+        // the prediction that has its gossip (a reply acknowledges what it answers).
+        m.prepend(self.predict.send_header(hl, self.pending.deliver));
         if packed {
             self.mark_packed(&mut m, core.layout(), msgs);
         }

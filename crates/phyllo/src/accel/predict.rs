@@ -216,6 +216,14 @@ impl Sampler {
 /// The two predicted header areas of a connection.
 pub(crate) struct Predictions {
     send: HeaderCopy,
+    /// The send prediction once the predicted delivery has been post-processed: `send` with
+    /// the gossip of the layers in `gossip` ([`Layer::predict_gossip`]). A send while the
+    /// fast path's delivery waits for its post-processing carries this one.
+    ///
+    /// [`Layer::predict_gossip`]: crate::Layer::predict_gossip
+    send_gossiped: HeaderCopy,
+    /// The layers that write gossip.
+    gossip: Vec<usize>,
     deliver: HeaderCopy,
     /// The protocol-specific bits of the header area that a delivery's prediction checks:
     /// those of layers that predict.
@@ -255,6 +263,10 @@ impl Predictions {
         let empty = HeaderCopy::zeroed(layout.header_len());
         Predictions {
             send: empty,
+            send_gossiped: empty,
+            gossip: (0..layers.count())
+                .filter(|&i| layers.gossips_at(i))
+                .collect(),
             deliver: empty,
             proto_mask,
             predicts,
@@ -297,12 +309,28 @@ impl Predictions {
                 },
             );
         }
+        if !self.gossip.is_empty() {
+            self.send_gossiped.bytes = self.send.bytes;
+            self.write_gossip(core);
+        }
     }
 
-    /// The predicted send header area.
+    /// The gossip layers' [`Layer::predict_gossip`](crate::Layer::predict_gossip) over
+    /// `send_gossiped`.
+    fn write_gossip<S: LayerSet>(&mut self, core: &Core<S>) {
+        gossip_into(&mut self.send_gossiped.bytes, core, &self.gossip);
+    }
+
+    /// The predicted send header area; `gossiped`: the one for a send while the fast path's
+    /// delivery waits for its post-processing (the same when no layer writes gossip).
     #[inline(always)]
-    pub(crate) fn send_header(&self, header_len: usize) -> &[u8] {
-        &self.send.bytes[..header_len]
+    pub(crate) fn send_header(&self, header_len: usize, gossiped: bool) -> &[u8] {
+        let p = if gossiped && !self.gossip.is_empty() {
+            &self.send_gossiped
+        } else {
+            &self.send
+        };
+        &p.bytes[..header_len]
     }
 
     /// Whether a delivery's header area `h` has the predicted protocol-specific fields.
@@ -358,12 +386,26 @@ pub(crate) fn masked_eq(a: &[u8], b: &[u8; MAX_HEADER], mask: &[u8; MAX_HEADER])
 /// what they kept is freed.
 #[cold]
 #[inline(never)]
+/// Layers `which` write their gossip ([`Layer::predict_gossip`](crate::Layer::predict_gossip))
+/// into the header area `bytes`.
+fn gossip_into<S: LayerSet>(bytes: &mut [u8; MAX_HEADER], core: &Core<S>, which: &[usize]) {
+    let layout = core.layout();
+    let layers = core.layers();
+    for &i in which {
+        layers.predict_gossip_at(i, &mut Predict { bytes, layout });
+    }
+}
+
+/// Check a fast-path send against the layered pre-sends; `gossiped`: a fast-path delivery
+/// waits for its post-processing, so the fast send carried its gossip, which the layered
+/// pre-sends get too.
 pub(crate) fn check_send<S: LayerSet>(
     p: &Predictions,
     core: &mut Core<S>,
     now: Time,
     sent: &Msg,
     body: &[u8],
+    gossiped: bool,
     panic: bool,
 ) -> Option<&'static str> {
     let hl = core.layout().header_len();
@@ -375,7 +417,23 @@ pub(crate) fn check_send<S: LayerSet>(
         *b &= !k;
     }
     let n = core.layers().count();
-    let stop = core.pre_phases(now, 0..n, true, &mut m);
+    let stop = if gossiped && !p.gossip.is_empty() {
+        // Layer by layer: a gossiping layer's pre-send writes the gossip it knows, which its
+        // `predict_gossip` then brings up to the pending delivery, before the layers below
+        // it (a checksum over the header) see the header.
+        (0..n).find_map(|i| {
+            let stop = core.pre_phases(now, i..i + 1, true, &mut m);
+            if stop.is_none() && p.gossip.contains(&i) {
+                let mut area = [0u8; MAX_HEADER];
+                area[..hl].copy_from_slice(&m.data()[..hl]);
+                gossip_into(&mut area, core, &[i]);
+                m.data_mut()[..hl].copy_from_slice(&area[..hl]);
+            }
+            stop
+        })
+    } else {
+        core.pre_phases(now, 0..n, true, &mut m)
+    };
     core.free_kept();
     let wrong = if let Some((i, v)) = stop {
         let name = core.layers().name_at(i);

@@ -419,6 +419,12 @@ impl<S: FixedSet> LayerSet for Fixed<S> {
     fn predict_deliver_at(&self, i: usize, p: &mut Predict<'_>) {
         self.layers.predict_deliver_at(i, p)
     }
+    fn predict_gossip_at(&self, i: usize, p: &mut Predict<'_>) {
+        self.layers.predict_gossip_at(i, p)
+    }
+    fn gossips_at(&self, i: usize) -> bool {
+        self.layers.gossips_at(i)
+    }
     fn predicts_at(&self, i: usize) -> bool {
         self.layers.predicts_at(i)
     }

@@ -1605,6 +1605,19 @@ impl<const O: bool> Layer for Window<O> {
         }
     }
 
+    /// Once the predicted delivery (data, sequence number `rcv_next`) is post-processed,
+    /// `rcv_next` has moved past it (and past any held messages it releases, which this
+    /// leaves out: out of date, not ahead): the acknowledgement is `rcv_next + 1`.
+    fn predict_gossip(&self, p: &mut Predict<'_>) {
+        if let Some(f) = self.f {
+            p.set(f.ack, self.rcv_next.wrapping_add(1));
+        }
+    }
+
+    fn gossips(&self) -> bool {
+        self.f.is_some()
+    }
+
     fn on_timer(&mut self, cx: &mut Cx<'_>) {
         let Some(f) = self.f else { return };
         let now = cx.now();
