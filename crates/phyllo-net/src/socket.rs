@@ -390,8 +390,7 @@ impl SessionSocket {
     /// wait for the next round instead: the application answers the deliveries first, and the
     /// next `pump` sends the answers before it runs the post-processing of both.
     pub fn pump(&mut self, wait: Duration) -> Result<usize, NetError> {
-        self.flush()?;
-        self.run_due()?;
+        self.timers()?;
         let now = self.now();
         let wait = match self.ep.poll_timeout() {
             Some(t) if t <= now => Duration::ZERO,
@@ -432,11 +431,10 @@ impl SessionSocket {
                 .try_recv(&mut self.rx)
                 .map_err(NetError::Receive)?;
         }
-        if self.delivered {
-            // The next round runs the timers, after the answers left.
-            self.flush()?;
-        } else {
-            self.timers()?;
+        self.flush()?;
+        if !self.delivered {
+            // With deliveries, the next round runs the timers, after the answers left.
+            self.run_due()?;
         }
         Ok(total)
     }
