@@ -88,18 +88,32 @@ fn a_reply_in_the_same_turn_carries_the_acknowledgement() {
     for accel in [false, true] {
         let (mut a, mut b) = spec_pair(SPEC, accel);
         let now = batch(&mut a, &mut b, 4, Time(1_000));
+        let mark = a.delivery_mark().expect("all 4 reached the window");
+        // With the accelerator the last delivery's post-processing is still pending: the
+        // reply does not wait for it.
         b.send(now, b"reply").unwrap();
         let out = drain(&mut b);
         assert_eq!(out.len(), 1, "accel {accel}: the reply alone");
-        timers(&mut b, now);
+        // Nor does an acknowledgement follow once B's deferred work and timers have run.
+        let mut t = now;
+        while let Some(due) = b.poll_timeout().filter(|&d| d <= now + DEFERRED_GRACE) {
+            t = due.max(t);
+            timers(&mut b, t);
+        }
         assert!(
             drain(&mut b).is_empty(),
             "accel {accel}: a standalone acknowledgement after the reply"
         );
-        assert_eq!(a.handle_datagram(now, &out[0]), Received::Accepted);
+        assert_eq!(a.handle_datagram(t, &out[0]), Received::Accepted);
         assert_eq!(
             a.poll_delivery().map(|m| m.data().to_vec()),
             Some(b"reply".to_vec())
+        );
+        // The reply acknowledged all four (A takes it in with its deferred work).
+        a.post_process(t);
+        assert!(
+            a.acknowledged_to(&mark),
+            "accel {accel}: the reply did not acknowledge what it answered"
         );
     }
 }
