@@ -380,15 +380,16 @@ impl SessionSocket {
         self.rx.refill(|| ep.alloc().into_parts().0);
     }
 
-    /// One round: send, run the endpoint's due timers and send what they made, wait for input
-    /// at most `wait` (or until the endpoint's next timer), hand it to the endpoint, run due
-    /// timers again, send again. Returns datagrams received.
+    /// One round: send, run the accelerator's deferred post-processing and the endpoint's due
+    /// timers and send what they made ([`timers`](Self::timers)), wait for input at most
+    /// `wait` (or until the endpoint's next timer), hand it to the endpoint, run due timers
+    /// again, send again. Returns datagrams received.
     ///
-    /// The order keeps deferred work off the round trip (seed 004 §3.1): the accelerator's
-    /// post-processing is a timer due at once, so it runs after what is queued has left and
-    /// while its answer travels. When this round delivered data, the timers after the receive
-    /// wait for the next round instead: the application answers the deliveries first, and the
-    /// next `pump` sends the answers before it runs the post-processing of both.
+    /// The order keeps deferred work off the round trip (seed 004 §3.1): the post-processing
+    /// runs once what is queued has left, while the answer travels, not when the next request
+    /// is already in. When this round delivered data, the timers after the receive wait for
+    /// the next round instead: the application answers the deliveries first, and the next
+    /// `pump` sends the answers before it post-processes both.
     pub fn pump(&mut self, wait: Duration) -> Result<usize, NetError> {
         self.timers()?;
         let now = self.now();
@@ -670,10 +671,15 @@ impl SessionSocket {
         Ok(got)
     }
 
-    /// Send what is queued, then run the endpoint's due timers and send what they produce.
-    /// What is queued goes first: among the due timers is the accelerator's deferred
-    /// post-processing, which belongs after the datagram left, not before it.
+    /// Send what is queued, then run the accelerator's deferred post-processing and the
+    /// endpoint's due timers, and send what they produce. What is queued goes first: the
+    /// post-processing belongs after the datagram left, not before it; and it runs now,
+    /// while the answer travels, not at its deadline, when the next request may be in
+    /// ([`SessionEndpoint::post_process`](phyllo::SessionEndpoint::post_process)).
     pub fn timers(&mut self) -> Result<(), NetError> {
+        self.flush()?;
+        let now = self.now();
+        self.ep.post_process(now);
         self.flush()?;
         self.run_due()?;
         if self.dedicating {

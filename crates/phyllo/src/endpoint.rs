@@ -1027,6 +1027,8 @@ struct Peer<S: LayerSet> {
     cookie: Option<([u8; MAC_LEN], Time)>,
     scheduled: Option<Time>,
     tx_flagged: bool,
+    /// On the endpoint's list of peers with deferred post-processing.
+    deferred_listed: bool,
     /// The round trip of the last handshake this end began (its last initiation to the
     /// response), which paces retries while messages wait.
     handshake_rtt: Option<Duration>,
@@ -1233,6 +1235,10 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     pool: Pool,
     control: VecDeque<(SocketAddr, Vec<u8>)>,
     tx_ready: VecDeque<PeerId>,
+    /// Peers whose sessions have the accelerator's post-processing pending
+    /// ([`post_process`](Self::post_process)), and the list's spare for the next round.
+    deferred: Vec<PeerId>,
+    deferred_spare: Vec<PeerId>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     events: VecDeque<Event>,
     /// Theoretical arrival time of the handshake rate limiter (GCRA).
@@ -1290,6 +1296,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
             pool: Pool::default(),
             control: VecDeque::new(),
             tx_ready: VecDeque::new(),
+            deferred: Vec::new(),
+            deferred_spare: Vec::new(),
             timers: BinaryHeap::new(),
             events: VecDeque::new(),
             load_tat: Time::ZERO,
@@ -1416,6 +1424,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             cookie: None,
             scheduled: None,
             tx_flagged: false,
+            deferred_listed: false,
             handshake_rtt: None,
             stats: PeerStats::default(),
         });
@@ -1764,6 +1773,32 @@ impl<S: LayerSet> SessionEndpoint<S> {
             self.peer_timeout(now, p);
             self.touch(now, p);
         }
+    }
+
+    /// Run the accelerator's deferred post-processing of every session that has some, now,
+    /// without waiting for its deadline; then confirm what it took in and send what it made.
+    /// A driver calls this when the application is idle: its answers have left and nothing
+    /// new has come in (seed 004 §3.1: the post-processing runs between messages, off both
+    /// critical paths). Without it the post-processing waits for its deadline
+    /// ([`poll_timeout`](Self::poll_timeout), [`DEFERRED_GRACE`](crate::accel::DEFERRED_GRACE)
+    /// after the operation that left it), or runs first thing in the session's next send or
+    /// delivery, which in a fast request-response exchange is often the next request's.
+    pub fn post_process(&mut self, now: Time) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let mut list =
+            std::mem::replace(&mut self.deferred, std::mem::take(&mut self.deferred_spare));
+        for &p in &list {
+            let peer = &mut self.peers[p.0 as usize];
+            peer.deferred_listed = false;
+            for s in peer.sessions_mut().filter(|s| !s.dead) {
+                s.conn.post_process(now);
+            }
+            self.touch(now, p);
+        }
+        list.clear();
+        self.deferred_spare = list;
     }
 
     fn peer_timeout(&mut self, now: Time, p: PeerId) {
@@ -2240,6 +2275,10 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if !peer.tx_flagged && peer.sessions().any(|s| s.conn.transmit_ready() > 0) {
             peer.tx_flagged = true;
             self.tx_ready.push_back(p);
+        }
+        if !peer.deferred_listed && peer.sessions().any(|s| s.conn.needs_post_process()) {
+            peer.deferred_listed = true;
+            self.deferred.push(p);
         }
         if let Some(t) = peer.next_deadline(cfg) {
             if peer.scheduled.is_none_or(|s| t < s) {
