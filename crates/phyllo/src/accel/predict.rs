@@ -311,14 +311,8 @@ impl Predictions {
         }
         if !self.gossip.is_empty() {
             self.send_gossiped.bytes = self.send.bytes;
-            self.write_gossip(core);
+            gossip_into(&mut self.send_gossiped.bytes, core, &self.gossip);
         }
-    }
-
-    /// The gossip layers' [`Layer::predict_gossip`](crate::Layer::predict_gossip) over
-    /// `send_gossiped`.
-    fn write_gossip<S: LayerSet>(&mut self, core: &Core<S>) {
-        gossip_into(&mut self.send_gossiped.bytes, core, &self.gossip);
     }
 
     /// The predicted send header area; `gossiped`: the one for a send while the fast path's
@@ -378,14 +372,6 @@ pub(crate) fn masked_eq(a: &[u8], b: &[u8; MAX_HEADER], mask: &[u8; MAX_HEADER])
     }
 }
 
-/// Check of a fast-path send: the layered pre-phases, run on a copy of the same body
-/// (`sent`: the fast path's message, header area and body as they leave, before the
-/// preamble; `body`: the body before any transform), must build the same header area.
-/// The name of the first layer whose field differs (or that refuses the message); with
-/// `panic`, a panic naming it instead. Changes no state: the pre-phases run on a copy, and
-/// what they kept is freed.
-#[cold]
-#[inline(never)]
 /// Layers `which` write their gossip ([`Layer::predict_gossip`](crate::Layer::predict_gossip))
 /// into the header area `bytes`.
 fn gossip_into<S: LayerSet>(bytes: &mut [u8; MAX_HEADER], core: &Core<S>, which: &[usize]) {
@@ -396,9 +382,15 @@ fn gossip_into<S: LayerSet>(bytes: &mut [u8; MAX_HEADER], core: &Core<S>, which:
     }
 }
 
-/// Check a fast-path send against the layered pre-sends; `gossiped`: a fast-path delivery
-/// waits for its post-processing, so the fast send carried its gossip, which the layered
-/// pre-sends get too.
+/// Check of a fast-path send: the layered pre-phases, run on a copy of the same body
+/// (`sent`: the fast path's message, header area and body as they leave, before the
+/// preamble; `body`: the body before any transform), must build the same header area.
+/// `gossiped`: a fast-path delivery waits for its post-processing, so the fast send carried
+/// its gossip, which the layered pre-sends get too. The name of the first layer whose field
+/// differs (or that refuses the message); with `panic`, a panic naming it instead. Changes no
+/// state: the pre-phases run on a copy, and what they kept is freed.
+#[cold]
+#[inline(never)]
 pub(crate) fn check_send<S: LayerSet>(
     p: &Predictions,
     core: &mut Core<S>,
