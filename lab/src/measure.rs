@@ -549,15 +549,18 @@ pub fn critical_path_instructions(
     accel: bool,
     rounds: usize,
 ) -> Result<CriticalPathInstructions> {
-    use phyllo_analyze::capture::callgrind;
-    let w = critical_path_workload(exe, spec, accel, rounds);
-    let calls = (2 * critical_path_rounds(rounds)) as f64;
-    let count =
-        |func: &str| -> Result<f64> { Ok(callgrind(&w, func, None)?.get("Ir") as f64 / calls) };
+    // One count per function asked for, in order.
+    let n = function_instructions(
+        exe,
+        spec,
+        accel,
+        rounds,
+        &["phyllo_cp_send", "phyllo_cp_deliver", "phyllo_cp_post"],
+    )?;
     Ok(CriticalPathInstructions {
-        send: count("phyllo_cp_send")?,
-        deliver: count("phyllo_cp_deliver")?,
-        post: count("phyllo_cp_post")?,
+        send: n[0],
+        deliver: n[1],
+        post: n[2],
     })
 }
 
