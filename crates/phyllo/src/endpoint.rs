@@ -920,9 +920,10 @@ impl<S: LayerSet> Session<S> {
 
     /// Before a send: confirm what can be confirmed now. For a stack whose layers number what
     /// they take ([`Connection::numbers_messages`], every stack with `window`) that waits:
-    /// the accelerator's deferred post-processing runs after the datagram left (the driver's
-    /// timers, [`SessionEndpoint::handle_timeout`]), and the marks confirm there what the
-    /// peer acknowledged, so a reply never carries the last delivery's post-processing on its
+    /// the accelerator's deferred post-processing runs after the datagram left
+    /// ([`SessionEndpoint::post_process`], or at its deadline through
+    /// [`SessionEndpoint::handle_timeout`]), and the marks confirm there what the peer
+    /// acknowledged, so a reply never carries the last delivery's post-processing on its
     /// critical path (seed 004 §3.1). Any other stack is confirmed only when everything sent
     /// was acknowledged, a moment which, in a request-response exchange, lies between a
     /// delivery's deferred work and the next send: for it the deferred work runs here.
@@ -2195,8 +2196,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let peer = &mut self.peers[p.0 as usize];
         for s in peer.sessions_mut() {
             // While the accelerator's post-processing is pending, the acknowledgements the
-            // last datagram carried are not taken in yet, so nothing new can be confirmed: the
-            // post-processing is a timer, and this runs again after it.
+            // last datagram carried are not taken in yet, so nothing new can be confirmed:
+            // this runs again once it has run (`post_process`, or its timer).
             if !s.conn.needs_post_process() {
                 s.confirm(&mut self.pool);
             }
