@@ -169,9 +169,8 @@ impl App<'_> {
             };
             let st = self.peers.entry(p).or_default();
             loop {
-                // Replies that waited go first, in order; a full session stops this peer's
-                // reading until the next round (its messages wait in the session, nothing
-                // is lost).
+                // Replies first, in order; a full session stops this peer's reading until
+                // the next round (its messages wait in the session, nothing is lost).
                 if !st.replies.is_empty() {
                     let now = node.now();
                     while let Some(r) = st.replies.front() {
@@ -198,17 +197,8 @@ impl App<'_> {
                     .poll_delivery_with(p, |m| answer(st, store, key, m, ended));
                 match got {
                     None => break,
-                    // Nothing waits before it: the answer goes into the session now.
-                    Some(Some(reply)) => {
-                        let now = node.now();
-                        match node.endpoint_mut().send(now, p, &reply) {
-                            Ok(()) => {}
-                            Err(SessionSendError::WouldBlock) => st.replies.push_back(reply),
-                            Err(e) => {
-                                tracing::warn!(peer = %Fingerprint(key), "reply dropped: {e}");
-                            }
-                        }
-                    }
+                    // Into the session at the top of the loop, before the next delivery.
+                    Some(Some(reply)) => st.replies.push_back(reply),
                     Some(None) => {}
                 }
             }
