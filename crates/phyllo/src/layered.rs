@@ -355,8 +355,18 @@ impl<S: LayerSet> Core<S> {
         ran
     }
 
-    /// Process what layers originated, each message to completion.
+    /// Process what layers originated, each message to completion. Usually nothing: then
+    /// this is a check, inlined (out of line, its prologue cost more than the check).
+    #[inline(always)]
     pub(crate) fn drain(&mut self, now: Time, edge: &mut impl Edge) {
+        if !self.queue.is_empty() {
+            self.drain_queue(now, edge);
+        }
+    }
+
+    /// [`drain`](Self::drain) with something queued.
+    #[inline(never)]
+    fn drain_queue(&mut self, now: Time, edge: &mut impl Edge) {
         // A misbehaving layer that originates without end is cut off rather than hanging the
         // caller.
         let mut budget = 1_000_000u32;
@@ -406,7 +416,17 @@ impl<S: LayerSet> Core<S> {
     }
 
     /// Give back the copies pre-phases kept (the message did not get to their post-phases).
+    #[inline(always)]
     pub(crate) fn free_kept(&mut self) {
+        // Usually none: a check, not a call.
+        if !self.kept.is_empty() {
+            self.free_kept_copies();
+        }
+    }
+
+    /// [`free_kept`](Self::free_kept) with copies to give back.
+    #[inline(never)]
+    fn free_kept_copies(&mut self) {
         for (_, k) in self.kept.drain(..) {
             self.pool.free(k);
         }
@@ -515,6 +535,27 @@ impl<S: LayerSet> Core<S> {
             let layout = cx.layout;
             layers.post_deliver_at(i, &hdr.view(layout, layout.order()), h, cx)
         });
+    }
+
+    /// The post-sends of every layer for a message the accelerator sent with header area
+    /// `hdr`, top down, each handed its retransmission copy from `copies` (emptied: a copy no
+    /// layer took goes back to the pool). One walk with one context split, as the layered
+    /// path's own post-phases run.
+    pub(crate) fn post_send_passed(
+        &mut self,
+        now: Time,
+        hdr: &HeaderCopy,
+        copies: &mut Vec<(usize, Msg)>,
+    ) {
+        self.kept.append(copies);
+        self.post_walk(now, true, (0, self.layers.count()), hdr);
+        self.free_kept();
+    }
+
+    /// The post-deliveries of the layers from `from` to the bottom for a message with header
+    /// area `hdr` that they passed, top down (the layered path's order).
+    pub(crate) fn post_deliver_passed(&mut self, now: Time, hdr: &HeaderCopy, from: usize) {
+        self.post_walk(now, false, (from, self.layers.count()), hdr);
     }
 
     /// Count a drop of layer `i`'s on the send path.

@@ -531,50 +531,54 @@ impl Accelerator {
         }
     }
 
-    /// [`post_process`](Self::post_process) with something to do.
+    /// [`post_process`](Self::post_process) with something to do: the pending delivery's
+    /// post-phases, then the pending send's, then the backlog. Straight-line for the usual
+    /// case (no backlog); as one loop, the backlog's set-up was hoisted into every call
+    /// (callgrind: ~40 instructions a call).
     #[inline(never)]
     fn post_process_pending<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
-        loop {
-            // A pending delivery is older than a pending send (receiving runs the pending
-            // post-processing first), so it goes first.
-            self.post_deliver_pending(core, now);
-            if self.pending.send {
-                self.pending.send = false;
-                self.settle_queued_reclaim(core);
-                let hdr = self.pending.send_hdr;
-                let mut copies = std::mem::take(&mut self.pending.copies);
-                for i in 0..core.layers().count() {
-                    let copy = copies
-                        .iter()
-                        .position(|(l, _)| *l == i)
-                        .map(|p| copies.swap_remove(p).1);
-                    core.post_send(now, i, &hdr, Handoff::Passed { copy });
-                }
-                // Copies no layer took (none, unless a layer was removed) go back to the pool.
-                for (_, c) in copies.drain(..) {
-                    core.pool().free(c);
-                }
-                self.pending.copies = copies;
-                core.drain(now, self);
-                self.predict.refresh(core);
-            }
-            if !self.may_send(core) {
-                return;
-            }
+        // A pending delivery is older than a pending send (receiving runs the pending
+        // post-processing first), so it goes first.
+        self.post_deliver_pending(core, now);
+        self.post_send_pending(core, now);
+        if !self.backlog.is_empty() {
+            self.send_backlog(core, now);
+        }
+    }
+
+    /// Send the backlog while the path lets the fast path send, each datagram's
+    /// post-processing before the next (packing: seed 004 §3.4).
+    #[inline(never)]
+    fn send_backlog<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
+        while self.may_send(core) {
             let Some(w) = self.backlog.pop() else {
                 return;
             };
             self.send_one(core, now, w.body, w.packed, w.msgs);
+            self.post_deliver_pending(core, now);
+            self.post_send_pending(core, now);
         }
     }
 
+    /// The post-sends of the fast path's pending send, if any, and fresh predictions.
+    #[inline(always)]
+    fn post_send_pending<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
+        if self.pending.send {
+            self.pending.send = false;
+            self.settle_queued_reclaim(core);
+            let pending = &mut self.pending;
+            core.post_send_passed(now, &pending.send_hdr, &mut pending.copies);
+            core.drain(now, self);
+            self.predict.refresh(core);
+        }
+    }
+
+    /// The post-deliveries of the fast path's pending delivery, if any.
+    #[inline(always)]
     fn post_deliver_pending<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
         if self.pending.deliver {
             self.pending.deliver = false;
-            let hdr = self.pending.deliver_hdr;
-            for i in (0..core.layers().count()).rev() {
-                core.post_deliver(now, i, &hdr, Handoff::Passed { copy: None });
-            }
+            core.post_deliver_passed(now, &self.pending.deliver_hdr, 0);
             core.drain(now, self);
             // A send's post-processing that follows refreshes the predictions once for both
             // (nothing between reads them: what the delivery's post-phases originated went
@@ -850,9 +854,7 @@ impl Accelerator {
         from: usize,
     ) {
         self.deliver_check.after_miss();
-        for j in from..core.layers().count() {
-            core.post_deliver(now, j, hdr, Handoff::Passed { copy: None });
-        }
+        core.post_deliver_passed(now, hdr, from);
         core.drain(now, self);
         self.predict.refresh(core);
     }

@@ -252,10 +252,17 @@ impl Accelerator {
 
     /// Settle a deferred copy whose datagram is still queued (post-processing before the link
     /// took it): copy it from the queue.
+    #[inline(always)]
     fn settle_queued_reclaim<S: LayerSet>(&mut self, core: &mut Core<S>) {
-        let Some(r) = self.pending.reclaim else {
-            return;
-        };
+        // Usually settled already: the link released the datagram before post-processing.
+        if let Some(r) = self.pending.reclaim {
+            self.settle_reclaim_from_queue(core, r);
+        }
+    }
+
+    /// [`settle_queued_reclaim`](Self::settle_queued_reclaim) of `r`.
+    #[inline(never)]
+    fn settle_reclaim_from_queue<S: LayerSet>(&mut self, core: &mut Core<S>, r: deferred::Reclaim) {
         // It is usually the newest datagram (post-processing a streaming backlog settles one
         // copy per datagram while they all wait for the link).
         let Some(at) = core.out().iter().rposition(|m| m.buffer_id() == r.id) else {
