@@ -542,7 +542,9 @@ pub fn median(samples: &[u64]) -> f64 {
 /// [`critical_path`], run as `phyllo-lab critical-path` by `exe` under
 /// `valgrind --tool=callgrind --toggle-collect=phyllo_cp_send` (and `_deliver`). Instruction
 /// counts do not depend on the machine's load, unlike the ~100 ns wall-clock medians (±20 ns
-/// between runs here). Warm-up rounds count too; every round does the same work.
+/// between runs here). Only the timed rounds go through those functions, so the warm-up (a
+/// connection's start: its first checked operations, cold state) is left out, as it is
+/// left out of the times.
 pub fn critical_path_instructions(
     exe: &std::path::Path,
     spec: &str,
@@ -550,12 +552,13 @@ pub fn critical_path_instructions(
     rounds: usize,
 ) -> Result<CriticalPathInstructions> {
     // One count per function asked for, in order.
-    let n = function_instructions(
+    let n = instructions_per_call(
         exe,
         spec,
         accel,
         rounds,
         &["phyllo_cp_send", "phyllo_cp_deliver", "phyllo_cp_post"],
+        2 * rounds,
     )?;
     Ok(CriticalPathInstructions {
         send: n[0],
@@ -589,7 +592,8 @@ fn critical_path_workload(
 
 /// Instructions per message inside each of `funcs` (callgrind `--toggle-collect` patterns,
 /// `*` matching anything), over the same loop as [`critical_path_instructions`]: a layer's
-/// phases, say, wherever they run.
+/// phases, say, wherever they run. Every round counts, the warm-up's too: a layer's phases
+/// run in all of them.
 pub fn function_instructions(
     exe: &std::path::Path,
     spec: &str,
@@ -597,12 +601,22 @@ pub fn function_instructions(
     rounds: usize,
     funcs: &[&str],
 ) -> Result<Vec<f64>> {
+    let calls = 2 * critical_path_rounds(rounds);
+    instructions_per_call(exe, spec, accel, rounds, funcs, calls)
+}
+
+/// Instructions inside each of `funcs` over the critical-path loop, divided by `calls`.
+fn instructions_per_call(
+    exe: &std::path::Path,
+    spec: &str,
+    accel: bool,
+    rounds: usize,
+    funcs: &[&str],
+    calls: usize,
+) -> Result<Vec<f64>> {
     use phyllo_analyze::capture::callgrind;
     let w = critical_path_workload(exe, spec, accel, rounds);
-    // The timed rounds' calls: the warm-up's do not go through the counted functions (see
-    // [`critical_path`]), so a connection's start (its first checked operations, cold
-    // state) is left out of the count as it is left out of the times.
-    let calls = (2 * rounds) as f64;
+    let calls = calls as f64;
     funcs
         .iter()
         .map(|f| Ok(callgrind(&w, f, None)?.get("Ir") as f64 / calls))
