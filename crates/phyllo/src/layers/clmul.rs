@@ -65,12 +65,19 @@ impl Clmul {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// `x` as a vector, straight from memory (no trip through general registers).
+    #[inline(always)]
+    fn load(x: &u128) -> __m128i {
+        // SAFETY: `x` is a valid, readable 16-byte location; the unaligned load has no
+        // alignment requirement, and SSE2 is in the x86-64 baseline.
+        unsafe { _mm_loadu_si128((x as *const u128).cast::<__m128i>()) }
+    }
+
     /// See [`super::Clmul::absorb`]: four 64-bit products per block, summed into the low,
     /// middle and high parts of a 256-bit sum, then one Montgomery reduction by `x^128`
     /// (two products by the polynomial's constant).
     #[target_feature(enable = "pclmulqdq")]
     pub(super) fn absorb(state: u128, blocks: &[u128], powers: &[u128]) -> u128 {
-        let load = |x: u128| _mm_set_epi64x((x >> 64) as i64, x as i64);
         let store = |v: __m128i| {
             let lo = _mm_cvtsi128_si64(v) as u64;
             let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)) as u64;
@@ -82,9 +89,12 @@ mod x86 {
             _mm_setzero_si128(),
             _mm_setzero_si128(),
         );
-        for (i, &b) in blocks.iter().enumerate() {
-            let a = load(if i == 0 { b ^ state } else { b });
-            let k = load(powers[n - 1 - i]);
+        // The first block takes `state`; block `i` is multiplied by `powers[n - 1 - i]`.
+        let mut first = _mm_set_epi64x((state >> 64) as i64, state as i64);
+        for (b, k) in blocks.iter().zip(powers[..n].iter().rev()) {
+            let a = _mm_xor_si128(load(b), first);
+            first = _mm_setzero_si128();
+            let k = load(k);
             lo = _mm_xor_si128(lo, _mm_clmulepi64_si128::<0x00>(a, k));
             hi = _mm_xor_si128(hi, _mm_clmulepi64_si128::<0x11>(a, k));
             mid = _mm_xor_si128(mid, _mm_clmulepi64_si128::<0x01>(a, k));
