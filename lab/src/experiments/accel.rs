@@ -465,8 +465,11 @@ impl Experiment for Accel {
                  accelerator's deferred post-processing runs untimed in between, where the \
                  drivers run it: after the datagram left, so a node that answers a delivery \
                  post-processes both together (its answer carries the acknowledgement from \
-                 the send prediction after the delivery, `Layer::predict_gossip`). Total CPU per message includes everything (half a round trip on one \
-                 thread). The hit ratio counts application messages sent and delivered on the \
+                 the send prediction after the delivery, `Layer::predict_gossip`). A warm-up \
+                 of a tenth as many round trips comes first (a connection's first operations \
+                 are checked against the layered path, and its state is cold); callgrind \
+                 counts the timed rounds only, as the clock does. Total CPU per message \
+                 includes everything (half a round trip on one thread). The hit ratio counts application messages sent and delivered on the \
                  fast path; acknowledgements are protocol messages and take the layered path."
                         .into(),
                     "quinn runs the same ping-pong on one bidirectional QUIC stream (reliable, \
