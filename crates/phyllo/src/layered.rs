@@ -469,6 +469,24 @@ impl<S: LayerSet> Core<S> {
         None
     }
 
+    /// Undo the body transforms of the layers `which` (top first) on `m`, a message they
+    /// sent, bottom up ([`Layer::undo_send`](crate::Layer::undo_send)).
+    pub(crate) fn undo_send(&mut self, now: Time, which: &[usize], m: &mut Msg) {
+        let mut pkt = Self::packet(
+            &self.layout,
+            self.rx_wire,
+            now,
+            true,
+            m,
+            &mut self.pool,
+            &mut self.kept,
+        );
+        for &i in which.iter().rev() {
+            pkt.layer = i;
+            self.layers.undo_send_at(i, &mut pkt);
+        }
+    }
+
     /// Call into layer `i` with a context for its post-phase or timer.
     fn with_cx(&mut self, now: Time, i: usize, f: impl FnOnce(&mut S, &mut Cx<'_>)) {
         let (layers, mut parts) = self.split(now);

@@ -77,6 +77,10 @@ pub trait LayerSet {
     fn transforms_body_at(&self, i: usize) -> bool;
     /// [`Layer::wants_copy`] of layer `i`.
     fn wants_copy_at(&self, i: usize) -> bool;
+    /// [`Layer::can_undo_send`] of layer `i`.
+    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool;
+    /// [`Layer::undo_send`] of layer `i`.
+    fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>);
     /// [`Layer::needs_keys`] of layer `i`.
     fn needs_keys_at(&self, i: usize) -> bool;
 
@@ -299,6 +303,12 @@ impl LayerSet for DynStack {
     fn wants_copy_at(&self, i: usize) -> bool {
         self[i].wants_copy()
     }
+    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool {
+        self[i].can_undo_send(body_len)
+    }
+    fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
+        self[i].undo_send(pkt)
+    }
     fn needs_keys_at(&self, i: usize) -> bool {
         self[i].needs_keys()
     }
@@ -358,6 +368,10 @@ impl LayerSet for () {
     fn wants_copy_at(&self, _: usize) -> bool {
         false
     }
+    fn can_undo_send_at(&self, _: usize, _: usize) -> bool {
+        false
+    }
+    fn undo_send_at(&self, _: usize, _: &mut Packet<'_>) {}
     fn needs_keys_at(&self, _: usize) -> bool {
         false
     }
@@ -537,6 +551,20 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.wants_copy()
         } else {
             self.1.wants_copy_at(i - 1)
+        }
+    }
+    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool {
+        if i == 0 {
+            self.0.can_undo_send(body_len)
+        } else {
+            self.1.can_undo_send_at(i - 1, body_len)
+        }
+    }
+    fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
+        if i == 0 {
+            self.0.undo_send(pkt)
+        } else {
+            self.1.undo_send_at(i - 1, pkt)
         }
     }
     fn needs_keys_at(&self, i: usize) -> bool {

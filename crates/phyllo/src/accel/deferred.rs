@@ -27,6 +27,9 @@ pub(crate) struct Pending {
     pub(crate) copies: Vec<(usize, Msg)>,
     /// The retransmission copy not taken yet (see [`Reclaim`]).
     pub(crate) reclaim: Option<Reclaim>,
+    /// The copy taken back in `copies` still has the body transforms on it
+    /// ([`Reclaim::undo`]).
+    pub(crate) undo: bool,
     /// A delivery's post-phases are pending.
     pub(crate) deliver: bool,
     /// The pending delivery's header.
@@ -38,8 +41,9 @@ pub(crate) struct Pending {
 /// preamble and with the full header area. So instead of copying on the send path, the
 /// accelerator waits for the link to finish with the datagram
 /// ([`Connection::transmit_with`](crate::Connection::transmit_with)) and takes the buffer back
-/// as the copy. Only where the datagram differs from the copy (a body transform such as
-/// sealing) or where several layers want copies is the copy taken eagerly.
+/// as the copy. Where a body transform below the layer (sealing) changed the datagram, the
+/// transform is undone on the copy in post-processing, if it can be; only where it cannot, or
+/// where several layers want copies, is the copy taken eagerly.
 /// Invariant: while a reclaim is pending, its datagram is in the core's transmit queue;
 /// whatever takes it out of the queue settles the reclaim first.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +54,9 @@ pub(crate) struct Reclaim {
     pub(crate) id: usize,
     /// The body's length (what follows the wire header).
     pub(crate) body_len: usize,
+    /// Body transforms (sealing) ran on the datagram after the layer's point in the stack:
+    /// post-processing undoes them on the copy ([`Layer::undo_send`](crate::Layer::undo_send)).
+    pub(crate) undo: bool,
 }
 
 impl Pending {
@@ -61,6 +68,7 @@ impl Pending {
             send_hdr: empty,
             copies: Vec::new(),
             reclaim: None,
+            undo: false,
             deliver: false,
             deliver_hdr: empty,
         }

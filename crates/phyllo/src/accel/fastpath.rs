@@ -71,8 +71,10 @@ pub(crate) struct Shape {
     /// Layers whose pre-send the fast path skips but which want a retransmission copy.
     copy: Vec<usize>,
     /// The one layer that wants a retransmission copy, when nothing else is run on the send
-    /// path: the sent datagram becomes its copy ([`Reclaim`]).
-    reclaim_layer: Option<usize>,
+    /// path but body transforms below it: the sent datagram becomes its copy ([`Reclaim`]).
+    /// With `true`, there are such transforms, and they are undone on the copy
+    /// ([`Layer::undo_send`](crate::Layer::undo_send)) when they can undo the message.
+    reclaim_layer: Option<(usize, bool)>,
 }
 
 impl Shape {
@@ -105,7 +107,9 @@ impl Shape {
             .collect();
         let plain_send = send_unpredicted.is_empty();
         let reclaim_layer = match *copy {
-            [layer] if transform.is_empty() && plain_send => Some(layer),
+            [layer] if transform.iter().all(|&t| t > layer) && plain_send => {
+                Some((layer, !transform.is_empty()))
+            }
             _ => None,
         };
         Shape {
@@ -315,20 +319,20 @@ impl Accelerator {
             None
         };
         let liar = match self.shape.reclaim_layer {
-            Some(layer) => {
-                let liar = match &verify {
-                    Some(body) => self.check_send(core, now, &m, body),
-                    None => None,
-                };
-                if liar.is_some() {
-                    core.pool().free(m);
-                } else {
-                    self.stats.fast_send_msgs += msgs;
-                    self.send_passed(core, m, Some(layer));
-                }
-                liar
+            Some((layer, false)) => {
+                self.send_reclaimed(core, now, m, layer, false, verify.as_ref(), msgs)
             }
-            None => {
+            Some((layer, true)) if self.undoable(core, m.len() - hl) => {
+                let all = self.shape.transform.len();
+                if self.transform_send(core, now, &mut m, 0..all) {
+                    self.send_reclaimed(core, now, m, layer, true, verify.as_ref(), msgs)
+                } else {
+                    // Dropped by a transform: counted as sent on the fast path, as below.
+                    self.stats.fast_send_msgs += msgs;
+                    None
+                }
+            }
+            _ => {
                 // A message the transforms dropped counts as sent on the fast path too.
                 let liar = self.send_passed_general(core, now, m, verify.as_ref());
                 if liar.is_none() {
@@ -346,6 +350,49 @@ impl Accelerator {
                 None
             }
         }
+    }
+
+    /// Check (if `verify`) and send a fast-path datagram `m` whose retransmission copy for
+    /// `layer` is taken back from the link ([`Reclaim`]); `undo`: body transforms ran, and
+    /// post-processing undoes them on the copy. What [`send_body`](Self::send_body) returns.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn send_reclaimed<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        m: Msg,
+        layer: usize,
+        undo: bool,
+        verify: Option<&Msg>,
+        msgs: u64,
+    ) -> Option<&'static str> {
+        let liar = match verify {
+            Some(body) => self.check_send(core, now, &m, body),
+            None => None,
+        };
+        if liar.is_some() {
+            core.pool().free(m);
+        } else {
+            self.stats.fast_send_msgs += msgs;
+            self.send_passed(core, m, Some((layer, undo)));
+        }
+        liar
+    }
+
+    /// Whether every body transform can undo itself on a message whose body reaches the top
+    /// one with `body_len` bytes (so its retransmission copy can be taken back from the link).
+    /// The transforms sit at the bottom and only add trailers, so each sees the body length
+    /// plus the trailers of those above it.
+    #[inline(always)]
+    fn undoable<S: LayerSet>(&self, core: &Core<S>, body_len: usize) -> bool {
+        let layers = core.layers();
+        let mut len = body_len;
+        self.shape.transform.iter().all(|&t| {
+            let ok = layers.can_undo_send_at(t, len);
+            len += layers.trailer_len_at(t);
+            ok
+        })
     }
 
     /// A copy of the body of `m` (header area in front), for a check.
@@ -477,19 +524,26 @@ impl Accelerator {
     }
 
     /// Put a message that passed the send filter on the link and leave its post-processing
-    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes.
+    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes, and
+    /// whether the body transforms are to be undone on it.
     #[inline(always)]
-    fn send_passed<S: LayerSet>(&mut self, core: &mut Core<S>, mut m: Msg, reclaim: Option<usize>) {
+    fn send_passed<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        mut m: Msg,
+        reclaim: Option<(usize, bool)>,
+    ) {
         let hl = self.header_len;
         self.pending.send_hdr.set(&m.data()[..hl]);
         self.pending.send = true;
         let body_len = m.len() - hl;
         self.ident.wrap(&mut m, hl, self.order, &mut self.stats);
-        if let Some(layer) = reclaim {
+        if let Some((layer, undo)) = reclaim {
             self.pending.reclaim = Some(Reclaim {
                 layer,
                 id: m.buffer_id(),
                 body_len,
+                undo,
             });
         }
         core.queue_out(m, self);
@@ -566,6 +620,14 @@ impl Accelerator {
         if self.pending.send {
             self.pending.send = false;
             self.settle_queued_reclaim(core);
+            if self.pending.undo {
+                self.pending.undo = false;
+                // The copy taken back from the link is the sealed datagram: the transforms
+                // give back what the layer above sent.
+                if let Some((_, copy)) = self.pending.copies.first_mut() {
+                    core.undo_send(now, &self.shape.transform, copy);
+                }
+            }
             let pending = &mut self.pending;
             core.post_send_passed(now, &pending.send_hdr, &mut pending.copies);
             core.drain(now, self);

@@ -124,6 +124,23 @@ impl Key {
         }
     }
 
+    /// Whether [`decrypt_own`](Self::decrypt_own) takes back a seal of `len` bytes cheaply:
+    /// AES-256-GCM (split) and a short body, whose keystream is computed ahead.
+    fn undoes(&self, len: usize) -> bool {
+        self.raw.is_some() && len <= SHORT
+    }
+
+    /// Decrypt `data`, sealed by this key under `counter`, without a tag check (CTR mode is
+    /// its own inverse). AES-256-GCM only; the split cipher is built for the call if an idle
+    /// session gave it back.
+    fn decrypt_own(&self, ahead: Option<&Ahead>, c: u64, data: &mut [u8]) {
+        match (&self.split, &self.raw) {
+            (Some(g), _) => g.decrypt_own(ahead, c, data),
+            (None, Some(raw)) => Gcm::new(raw).decrypt_own(None, c, data),
+            (None, None) => debug_assert!(false, "decrypt_own of a key without the split cipher"),
+        }
+    }
+
     /// Check `tag` and decrypt `ct` in place; whether it was genuine.
     fn open(
         &self,
@@ -349,6 +366,32 @@ impl Layer for Seal {
 
     fn transforms_body(&self) -> bool {
         true
+    }
+
+    /// Short bodies under AES-256-GCM: the keystream computed ahead takes the seal back with
+    /// one XOR.
+    fn can_undo_send(&self, body_len: usize) -> bool {
+        self.nonce.is_some() && self.tx.as_ref().is_some_and(|k| k.undoes(body_len))
+    }
+
+    /// Drop the tag and decrypt the body with the keystream of the counter it was sealed
+    /// under: the current one, since the post-send that advances it has not run (the nonce
+    /// field carries its low 32 bits).
+    fn undo_send(&self, pkt: &mut Packet<'_>) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        if pkt.body().len() < TAG_LEN {
+            return;
+        }
+        debug_assert_eq!(
+            self.nonce.map(|h| pkt.get(h) as u32),
+            Some(self.tx_counter as u32),
+            "undo_send of a message not sealed under the current counter"
+        );
+        pkt.msg_mut().pop_back(TAG_LEN);
+        let (_, body) = pkt.split_mut();
+        tx.decrypt_own(self.tx_ahead.as_ref(), self.tx_counter, body);
     }
 
     fn needs_keys(&self) -> bool {
