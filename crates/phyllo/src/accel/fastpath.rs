@@ -320,12 +320,12 @@ impl Accelerator {
         };
         let liar = match self.shape.reclaim_layer {
             Some((layer, false)) => {
-                self.send_reclaimed(core, now, m, layer, false, verify.as_ref(), msgs)
+                self.send_reclaimed(core, now, m, (layer, false), verify.as_ref(), msgs)
             }
             Some((layer, true)) if self.undoable(core, m.len() - hl) => {
                 let all = self.shape.transform.len();
                 if self.transform_send(core, now, &mut m, 0..all) {
-                    self.send_reclaimed(core, now, m, layer, true, verify.as_ref(), msgs)
+                    self.send_reclaimed(core, now, m, (layer, true), verify.as_ref(), msgs)
                 } else {
                     // Dropped by a transform: counted as sent on the fast path, as below.
                     self.stats.fast_send_msgs += msgs;
@@ -352,18 +352,17 @@ impl Accelerator {
         }
     }
 
-    /// Check (if `verify`) and send a fast-path datagram `m` whose retransmission copy for
-    /// `layer` is taken back from the link ([`Reclaim`]); `undo`: body transforms ran, and
-    /// post-processing undoes them on the copy. What [`send_body`](Self::send_body) returns.
+    /// Check (if `verify`) and send a fast-path datagram `m` whose retransmission copy is
+    /// taken back from the link ([`Reclaim`]): `reclaim` is the layer that wants it and
+    /// whether body transforms ran, to be undone on the copy in post-processing. What
+    /// [`send_body`](Self::send_body) returns.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn send_reclaimed<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
         now: Time,
         m: Msg,
-        layer: usize,
-        undo: bool,
+        reclaim: (usize, bool),
         verify: Option<&Msg>,
         msgs: u64,
     ) -> Option<&'static str> {
@@ -375,7 +374,7 @@ impl Accelerator {
             core.pool().free(m);
         } else {
             self.stats.fast_send_msgs += msgs;
-            self.send_passed(core, m, Some((layer, undo)));
+            self.send_passed(core, m, Some(reclaim));
         }
         liar
     }
