@@ -307,15 +307,22 @@ fn filled(c: &mut phyllo::DynConnection, len: usize, byte: u8) -> Msg {
     m
 }
 
+/// A connection pair of `spec` without the fast path's check (which copies what it checks).
+fn unchecked_pair(spec: &str, accel: bool) -> (phyllo::DynConnection, phyllo::DynConnection) {
+    let (mut ca, mut cb) = Config::pair(accel).unwrap();
+    ca.fast_path_check = FastPathCheck::Off;
+    cb.fast_path_check = FastPathCheck::Off;
+    (
+        Connection::from_spec(spec, ca).unwrap(),
+        Connection::from_spec(spec, cb).unwrap(),
+    )
+}
+
 /// The same stack as a bare connection pair, the messages given by buffer
 /// (`Connection::send_msg`: no copy of the connection's) and the datagrams received in their
 /// buffers: what the stack's own layers copy on send and on receive.
 fn layers_own_copies(spec: &str, accel: bool, n: usize, len: usize) -> (u64, u64) {
-    let (mut ca, mut cb) = Config::pair(accel).unwrap();
-    ca.fast_path_check = FastPathCheck::Off;
-    cb.fast_path_check = FastPathCheck::Off;
-    let mut a = Connection::from_spec(spec, ca).unwrap();
-    let mut b = Connection::from_spec(spec, cb).unwrap();
+    let (mut a, mut b) = unchecked_pair(spec, accel);
     let now = Time(1_000_000);
     for i in 0..8 {
         let m = filled(&mut a, 100, i);
@@ -544,11 +551,7 @@ fn lend(now: Time, a: &mut phyllo::DynConnection, b: &mut phyllo::DynConnection)
 /// delivered and acknowledged before the next (so each can take the fast path, not the
 /// backlog's packing), the datagrams lent to the link as a driver does.
 fn sent_copies_one_by_one(spec: &str, accel: bool, n: usize, len: usize) -> u64 {
-    let (mut ca, mut cb) = Config::pair(accel).unwrap();
-    ca.fast_path_check = FastPathCheck::Off;
-    cb.fast_path_check = FastPathCheck::Off;
-    let mut a = Connection::from_spec(spec, ca).unwrap();
-    let mut b = Connection::from_spec(spec, cb).unwrap();
+    let (mut a, mut b) = unchecked_pair(spec, accel);
     let now = Time(1_000_000);
     let mut copied = 0;
     for i in 0..n + 8 {
