@@ -27,8 +27,8 @@ pub(crate) struct Pending {
     pub(crate) copies: Vec<(usize, Msg)>,
     /// The retransmission copy not taken yet (see [`Reclaim`]).
     pub(crate) reclaim: Option<Reclaim>,
-    /// The copy taken back in `copies` still has the body transforms on it
-    /// ([`Reclaim::undo`]).
+    /// The pending send's copy is taken back from the link with body transforms (sealing)
+    /// on it, which post-processing undoes ([`Layer::undo_send`](crate::Layer::undo_send)).
     pub(crate) undo: bool,
     /// A delivery's post-phases are pending.
     pub(crate) deliver: bool,
@@ -54,9 +54,6 @@ pub(crate) struct Reclaim {
     pub(crate) id: usize,
     /// The body's length (what follows the wire header).
     pub(crate) body_len: usize,
-    /// Body transforms (sealing) ran on the datagram after the layer's point in the stack:
-    /// post-processing undoes them on the copy ([`Layer::undo_send`](crate::Layer::undo_send)).
-    pub(crate) undo: bool,
 }
 
 impl Pending {

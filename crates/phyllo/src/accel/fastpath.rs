@@ -374,7 +374,9 @@ impl Accelerator {
             core.pool().free(m);
         } else {
             self.stats.fast_send_msgs += msgs;
-            self.send_passed(core, m, Some(reclaim));
+            let (layer, undo) = reclaim;
+            self.pending.undo = undo;
+            self.send_passed(core, m, Some(layer));
         }
         liar
     }
@@ -523,26 +525,19 @@ impl Accelerator {
     }
 
     /// Put a message that passed the send filter on the link and leave its post-processing
-    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes, and
-    /// whether the body transforms are to be undone on it.
+    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes.
     #[inline(always)]
-    fn send_passed<S: LayerSet>(
-        &mut self,
-        core: &mut Core<S>,
-        mut m: Msg,
-        reclaim: Option<(usize, bool)>,
-    ) {
+    fn send_passed<S: LayerSet>(&mut self, core: &mut Core<S>, mut m: Msg, reclaim: Option<usize>) {
         let hl = self.header_len;
         self.pending.send_hdr.set(&m.data()[..hl]);
         self.pending.send = true;
         let body_len = m.len() - hl;
         self.ident.wrap(&mut m, hl, self.order, &mut self.stats);
-        if let Some((layer, undo)) = reclaim {
+        if let Some(layer) = reclaim {
             self.pending.reclaim = Some(Reclaim {
                 layer,
                 id: m.buffer_id(),
                 body_len,
-                undo,
             });
         }
         core.queue_out(m, self);

@@ -237,7 +237,6 @@ impl Accelerator {
         m.pop_front(wire_hdr);
         m.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
         self.pending.copies.push((r.layer, m));
-        self.pending.undo = r.undo;
     }
 
     /// Take the deferred copy from the datagram `m`, which stays with the caller.
@@ -249,7 +248,6 @@ impl Accelerator {
         let mut copy = pool.alloc_copy(&m.data()[wire_hdr..]);
         copy.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
         self.pending.copies.push((r.layer, copy));
-        self.pending.undo = r.undo;
     }
 
     /// Settle a deferred copy whose datagram is still queued (post-processing before the link
