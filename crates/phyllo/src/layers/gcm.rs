@@ -313,7 +313,7 @@ impl Gcm {
     /// Decrypt `data`, which this key sealed under the nonce of `counter`, without checking
     /// a tag: the keystream again (CTR mode is its own inverse), from `ahead` where it holds
     /// that counter's. For a datagram this end sent itself, whose plaintext is wanted back.
-    pub fn decrypt_own(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
+    pub(crate) fn decrypt_own(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
         match Self::ahead_for(ahead, counter) {
             // The usual short message: one XOR with the keystream kept ahead.
             Some(a) if data.len() <= a.stream.len() => xor(data, &a.stream[..data.len()]),
