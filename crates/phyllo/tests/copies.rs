@@ -578,8 +578,8 @@ fn sent_copies_one_by_one(spec: &str, accel: bool, n: usize, len: usize) -> u64 
 /// A small sealed message's retransmission copy: the layered path copies the plaintext for
 /// `window` before `seal` encrypts it in place; the accelerated fast path copies nothing and
 /// takes the sealed datagram back from the link as the copy, decrypted again in deferred
-/// post-processing ([`phyllo::Layer::undo_send`]). (That the copy is right — retransmissions
-/// delivered intact — is `orderings.rs`'s lossy runs.)
+/// post-processing ([`phyllo::Layer::undo_send`]). (That the copy is right is the next
+/// test's.)
 #[test]
 fn a_small_sealed_message_leaves_the_fast_path_without_a_retransmission_copy() {
     let (n, len) = (8, 8);
