@@ -300,6 +300,9 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     }
     let mut node = SessionSocket::bind(bind, key, vec![], &args.stack, args.accel)?;
     node.set_busy_poll(args.busy_poll);
+    // The client talks to the server alone: a connected socket sends without a route lookup
+    // and receives without source addresses.
+    node.connect_to(server)?;
     let now = node.now();
     let peer = node.endpoint_mut().connect(now, server_key, server);
     let mut c = Client {

@@ -22,6 +22,16 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    /// The socket could not be connected to its one peer
+    /// ([`SessionSocket::connect_to`](crate::SessionSocket::connect_to)).
+    #[error("cannot connect the socket to {addr}")]
+    Connect {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// Why the operating system refused, or why this socket cannot be connected.
+        #[source]
+        source: io::Error,
+    },
     /// The shared (`SO_REUSEPORT`) listening socket of
     /// [`SessionSocket::bind_dedicating`](crate::SessionSocket::bind_dedicating) could not be
     /// bound.

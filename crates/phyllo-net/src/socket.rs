@@ -602,11 +602,38 @@ impl SessionSocket {
         let _ = link.set_gro(true);
         let _ = link.set_recv_buffer_size(8 << 20);
         let _ = link.set_send_buffer_size(8 << 20);
+        if let Some(server) = self.link.peer_addr() {
+            link.connect(server).map_err(|source| NetError::Connect {
+                addr: server,
+                source,
+            })?;
+        }
         self.link = link;
         // Handshakes under way start again from here: their answers would go to the old port.
         let now = self.now();
         self.ep.local_address_changed(now);
         Ok(self.link.local_addr())
+    }
+
+    /// Connect the socket to `server`, the one address a client's socket talks to. The kernel
+    /// then keeps the route instead of looking it up for every send, and a receive hands no
+    /// source address over; on loopback that is a sixth of a busy-polled session round trip
+    /// (`phyllo connect --busy-poll --ping` against a plain UDP ping-pong, 15 interleaved
+    /// rounds: 1.50 × the plain round trip unconnected, 1.34 × connected). Datagrams from any
+    /// other address are not received any more. It stays connected to `server` across
+    /// [`rebind`](Self::rebind). Not for a dedicating socket, which serves many peers.
+    pub fn connect_to(&mut self, server: SocketAddr) -> Result<(), NetError> {
+        let fail = |source| NetError::Connect {
+            addr: server,
+            source,
+        };
+        if self.dedicating {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a dedicating socket serves many peers",
+            )));
+        }
+        self.link.connect(server).map_err(fail)
     }
 
     /// How many listening sockets there are: one, or with

@@ -556,6 +556,8 @@ fn busy_session(
 ) -> Result<(SessionSocket, PeerId)> {
     let mut node = SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
     node.set_busy_poll(true);
+    // As `phyllo connect` does.
+    node.connect_to(addr)?;
     let now = node.now();
     let p = node.endpoint_mut().connect(now, sk.public(), addr);
     let t0 = Instant::now();
