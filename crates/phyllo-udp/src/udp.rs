@@ -1053,21 +1053,41 @@ impl UdpLink {
     /// `Ok(None)` when nothing is queued. For a driver that receives into its own pooled
     /// buffers instead of copying out of a [`RecvBatch`].
     pub fn try_recv_into(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        Ok(self.try_recv_from_into(buf)?.map(|(len, _)| len))
+    }
+
+    /// Like [`try_recv_into`](Self::try_recv_into), with the datagram's source: the peer of
+    /// a connected link, else the address the kernel gives (`None` only for an address
+    /// family it should not give). The cheapest busy-poll spin (one `recvfrom`, no message
+    /// header, no control messages), but only with GRO off ([`set_gro`](Self::set_gro)): a
+    /// coalesced run would arrive as one datagram with nothing saying where it splits, so
+    /// with GRO on this is an error (`InvalidInput`) and nothing is received.
+    pub fn try_recv_from_into(
+        &mut self,
+        buf: &mut [u8],
+    ) -> io::Result<Option<(usize, Option<SocketAddr>)>> {
+        if self.gro {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a receive into one buffer with GRO on could join datagrams",
+            ));
+        }
         self.stats.recv_calls += 1;
         // As in `recv_inner`: no source address from a connected link (and no storage for
         // one to clear on every busy-poll spin).
-        let mut storage;
-        let name = if self.peer.is_some() {
-            None
-        } else {
-            storage = sys::zeroed_storage();
-            Some(&mut storage)
+        let mut storage = None;
+        let name = match self.peer {
+            Some(_) => None,
+            None => Some(storage.insert(sys::zeroed_storage())),
         };
         match sys::recv_from(self.socket.as_fd(), buf, name, libc::MSG_DONTWAIT) {
             Ok(len) => {
                 self.stats.datagrams_received += 1;
                 self.stats.truncated += (len > buf.len()) as u64;
-                Ok(Some(len))
+                let from = self
+                    .peer
+                    .or_else(|| storage.as_ref().and_then(sys::storage_to_addr));
+                Ok(Some((len, from)))
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.stats.empty_polls += 1;
