@@ -480,7 +480,8 @@ impl SessionSocket {
     }
 
     /// Spin with one non-blocking `recvfrom` per turn until a datagram arrives (it is handed
-    /// to the endpoint: returns 1) or `deadline` passes (returns 0). The datagram lands in an
+    /// to the endpoint: returns 1) or `deadline` passes (returns 0; one turn if it has
+    /// passed already). The datagram lands in an
     /// endpoint buffer that waits across turns, so an empty turn costs the system call alone.
     /// One longer than the buffer's room is dropped (the link counts it truncated) and the
     /// room grows to the most UDP carries, so the peer's retransmission fits.
@@ -514,8 +515,10 @@ impl SessionSocket {
                 None => {}
             }
             spins = spins.wrapping_add(1);
-            // The clock only every few turns: reading it costs about as much as the receive.
-            if spins.is_multiple_of(8) && Instant::now() >= deadline {
+            // The clock after the first turn (a deadline already passed, a zero wait, takes
+            // one receive), then only every few: reading it costs about as much as the
+            // receive.
+            if spins % 8 == 1 && Instant::now() >= deadline {
                 return Ok(0);
             }
             std::hint::spin_loop();
