@@ -131,6 +131,17 @@ fn claim(addr: SocketAddr) -> Result<SocketAddr, NetError> {
         .local_addr())
 }
 
+/// A receive's count, a refusal read as nothing received. A connected socket
+/// ([`SessionSocket::connect_to`]) hears of its server's ICMP port unreachable (the server
+/// down, or restarting) on its next receive: a lost datagram, which the sessions' timers
+/// recover from, as they do on an unconnected socket, which never hears of it.
+fn received(r: std::io::Result<usize>) -> Result<usize, NetError> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(0),
+        r => r.map_err(NetError::Receive),
+    }
+}
+
 /// Put `peer` on `list` unless it is there.
 pub(crate) fn push_once(list: &mut Vec<PeerId>, peer: PeerId) {
     if !list.contains(&peer) {
@@ -426,23 +437,18 @@ impl SessionSocket {
             if total == 0 || self.delivered {
                 0
             } else {
-                self.link
-                    .try_recv(&mut self.rx)
-                    .map_err(NetError::Receive)?
+                received(self.link.try_recv(&mut self.rx))?
             }
         } else if self.busy {
-            self.link
-                .recv_busy(&mut self.rx, Instant::now() + wait)
-                .map_err(NetError::Receive)?
+            received(self.link.recv_busy(&mut self.rx, Instant::now() + wait))?
         } else if wait.is_zero() {
-            self.link
-                .try_recv(&mut self.rx)
-                .map_err(NetError::Receive)?
+            received(self.link.try_recv(&mut self.rx))?
         } else {
             // A bounded wait says Ok(0) when it times out.
-            self.link
-                .recv_timeout(&mut self.rx, Some(wait.max(Duration::from_micros(50))))
-                .map_err(NetError::Receive)?
+            received(
+                self.link
+                    .recv_timeout(&mut self.rx, Some(wait.max(Duration::from_micros(50)))),
+            )?
         };
         let mut rounds = 0;
         while got > 0 {
@@ -456,10 +462,7 @@ impl SessionSocket {
             }
             self.flush()?;
             self.refill();
-            got = self
-                .link
-                .try_recv(&mut self.rx)
-                .map_err(NetError::Receive)?;
+            got = received(self.link.try_recv(&mut self.rx))?;
         }
         self.flush()?;
         if !self.delivered {
@@ -481,10 +484,10 @@ impl SessionSocket {
 
     /// Spin with one non-blocking `recvfrom` per turn until a datagram arrives (it is handed
     /// to the endpoint: returns 1) or `deadline` passes (returns 0; one turn if it has
-    /// passed already). The datagram lands in an
-    /// endpoint buffer that waits across turns, so an empty turn costs the system call alone.
-    /// One longer than the buffer's room is dropped (the link counts it truncated) and the
-    /// room grows to the most UDP carries, so the peer's retransmission fits.
+    /// passed already). The datagram lands in an endpoint buffer that waits across turns, so
+    /// an empty turn costs the system call alone. One longer than the buffer's room is
+    /// dropped (the link counts it truncated) and the room grows to the most UDP carries, so
+    /// the peer's retransmission fits.
     fn spin_one(&mut self, deadline: Instant) -> Result<usize, NetError> {
         let mut spins: u32 = 0;
         loop {
@@ -492,12 +495,17 @@ impl SessionSocket {
                 Some(m) => m,
                 empty => empty.insert(self.ep.alloc()),
             };
-            let got = self
-                .link
-                .try_recv_from_into(m.tail_room(self.spin_room))
-                .map_err(NetError::Receive)?;
+            // A buffer from the pool may offer more than the room asked for: all of it is
+            // the receive's.
+            let tail = m.tail_room(self.spin_room);
+            let room = tail.len();
+            let got = match self.link.try_recv_from_into(tail) {
+                // The connected server's refusal, as in `received`: nothing arrived.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => None,
+                r => r.map_err(NetError::Receive)?,
+            };
             match got {
-                Some((len, Some(from))) if len <= self.spin_room => {
+                Some((len, Some(from))) if len <= room => {
                     let Some(mut m) = self.spin_msg.take() else {
                         return Ok(0);
                     };
@@ -509,7 +517,7 @@ impl SessionSocket {
                     }
                     return Ok(1);
                 }
-                Some((len, _)) if len > self.spin_room => self.spin_room = 1 << 16,
+                Some((len, _)) if len > room => self.spin_room = 1 << 16,
                 // No source address to answer: nothing a session can take.
                 Some(_) => {}
                 None => {}

@@ -1472,6 +1472,54 @@ mod tests {
         outgoing_roundtrip(true, false, false);
     }
 
+    /// Receive with `try_recv_from_into` until a datagram comes (at most 5 s).
+    fn recv_one(l: &mut UdpLink, buf: &mut [u8]) -> (usize, Option<SocketAddr>) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(got) = l.try_recv_from_into(buf).unwrap() {
+                return got;
+            }
+            assert!(std::time::Instant::now() < until, "no datagram within 5 s");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_receive_into_one_buffer_says_the_source_and_the_whole_length() {
+        // Unconnected: the kernel names the source. Connected: the link's peer.
+        let mut a = UdpLink::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut b = UdpLink::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        b.set_nonblocking(true);
+        let _ = b.set_gro(false);
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            b.try_recv_from_into(&mut buf).unwrap(),
+            None,
+            "nothing queued"
+        );
+        a.send_batch_to(&[b"hello"], b.local_addr()).unwrap();
+        assert_eq!(recv_one(&mut b, &mut buf), (5, Some(a.local_addr())));
+        assert_eq!(&buf[..5], b"hello");
+        // Longer than the buffer: the whole length, the excess gone, counted.
+        a.send_batch_to(&[&[7u8; 100]], b.local_addr()).unwrap();
+        assert_eq!(recv_one(&mut b, &mut buf).0, 100);
+        assert_eq!(b.stats().truncated, 1);
+        b.connect(a.local_addr()).unwrap();
+        a.send_batch_to(&[b"again"], b.local_addr()).unwrap();
+        assert_eq!(recv_one(&mut b, &mut buf), (5, Some(a.local_addr())));
+    }
+
+    #[test]
+    fn a_receive_into_one_buffer_is_refused_with_gro_on() {
+        let (_, mut b) = UdpLink::loopback_pair().unwrap();
+        if !b.set_gro(true).unwrap() {
+            eprintln!("NOTE: this kernel has no UDP_GRO; nothing to refuse");
+            return;
+        }
+        let e = b.try_recv_from_into(&mut [0u8; 64]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
     #[test]
     fn a_datagram_longer_than_the_buffers_is_joined_then_fits() {
         let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
