@@ -178,7 +178,19 @@ impl Client {
         self.node.pump(Duration::from_millis(1))?;
         while let Some(e) = self.node.endpoint_mut().poll_event() {
             match e {
-                Event::Established { .. } => self.down_since = None,
+                Event::Established { .. } => {
+                    self.down_since = None;
+                    // The client talks to the server alone: once the server has answered from
+                    // the address dialled, the socket is connected to it (sends without a
+                    // route lookup, receives without source addresses). A server answering
+                    // from another of its addresses leaves it unconnected.
+                    let ep = self.node.endpoint();
+                    if self.node.socket().peer_addr().is_none()
+                        && ep.peer_addr(self.peer) == Some(self.server)
+                    {
+                        self.node.connect_to(self.server)?;
+                    }
+                }
                 Event::Ended {
                     reason,
                     unconfirmed,
@@ -300,9 +312,6 @@ pub fn connect(args: ConnectArgs) -> Result<()> {
     }
     let mut node = SessionSocket::bind(bind, key, vec![], &args.stack, args.accel)?;
     node.set_busy_poll(args.busy_poll);
-    // The client talks to the server alone: a connected socket sends without a route lookup
-    // and receives without source addresses.
-    node.connect_to(server)?;
     let now = node.now();
     let peer = node.endpoint_mut().connect(now, server_key, server);
     let mut c = Client {

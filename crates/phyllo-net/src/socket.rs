@@ -703,7 +703,9 @@ impl SessionSocket {
     /// source address over; on loopback that is a sixth of a busy-polled session round trip
     /// (`phyllo connect --busy-poll --ping` against a plain UDP ping-pong, 15 interleaved
     /// rounds: 1.50 × the plain round trip unconnected, 1.34 × connected). Datagrams from any
-    /// other address are not received any more. It stays connected to `server` across
+    /// other address are not received any more, so connect once the server has answered from
+    /// `server` ([`SessionEndpoint::peer_addr`]): a server with several addresses may answer
+    /// from another than the one dialled. It stays connected to `server` across
     /// [`rebind`](Self::rebind). Not for a dedicating socket, which serves many peers.
     pub fn connect_to(&mut self, server: SocketAddr) -> Result<(), NetError> {
         let fail = |source| NetError::Connect {

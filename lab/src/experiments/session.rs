@@ -556,8 +556,6 @@ fn busy_session(
 ) -> Result<(SessionSocket, PeerId)> {
     let mut node = SessionSocket::bind("127.0.0.1:0".parse()?, ck.clone(), vec![], STACK, true)?;
     node.set_busy_poll(true);
-    // As `phyllo connect` does.
-    node.connect_to(addr)?;
     let now = node.now();
     let p = node.endpoint_mut().connect(now, sk.public(), addr);
     let t0 = Instant::now();
@@ -566,6 +564,10 @@ fn busy_session(
             bail!("no session with the child server");
         }
         node.pump(Duration::from_millis(5))?;
+    }
+    // As `phyllo connect` does once the server has answered from the address dialled.
+    if node.endpoint().peer_addr(p) == Some(addr) {
+        node.connect_to(addr)?;
     }
     Ok((node, p))
 }
