@@ -518,9 +518,9 @@ impl SessionSocket {
                     return Ok(1);
                 }
                 Some((len, _)) if len > room => self.spin_room = 1 << 16,
-                // No source address to answer: nothing a session can take.
-                Some(_) => {}
-                None => {}
+                // Nothing queued, or no source address to answer (a family the kernel should
+                // not give): nothing a session can take.
+                _ => {}
             }
             spins = spins.wrapping_add(1);
             // The clock after the first turn (a deadline already passed, a zero wait, takes
@@ -700,7 +700,7 @@ impl SessionSocket {
 
     /// Connect the socket to `server`, the one address a client's socket talks to. The kernel
     /// then keeps the route instead of looking it up for every send, and a receive hands no
-    /// source address over; on loopback that is a sixth of a busy-polled session round trip
+    /// source address over; on loopback that is a tenth of a busy-polled session round trip
     /// (`phyllo connect --busy-poll --ping` against a plain UDP ping-pong, 15 interleaved
     /// rounds: 1.50 × the plain round trip unconnected, 1.34 × connected). Datagrams from any
     /// other address are not received any more, so connect once the server has answered from

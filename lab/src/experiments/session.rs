@@ -427,7 +427,8 @@ const WARM_UP: usize = 50;
 /// Two children: `phyllo serve --busy-poll --accel` (the product's server in its latency
 /// loop, with no raw socket polled beside it, unlike the `serve-raw-echo` of
 /// `serve.rtt_ratio_vs_raw_udp`) and `phyllo-lab udp-echo --busy-poll` ([`crate::udp_echo`]:
-/// one socket, every datagram echoed, nothing else). This process busy-polls too, and
+/// one socket, every datagram echoed, nothing else). This process busy-polls too (its session
+/// socket connected to the server once the session is up, as `phyllo connect`'s is), and
 /// alternates blocks of plain UDP pings and session pings of 32 bytes (an odd number of
 /// pairs, the first pings of each block left out); the figure is the median of the pairs'
 /// ratios of median pings ([`crate::stats`]).
