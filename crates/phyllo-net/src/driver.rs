@@ -5,6 +5,7 @@
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
 
+use crate::waiting::{Took, WaitingBuffer};
 use phyllo::conn::Connection;
 use phyllo::msg::Msg;
 use phyllo::stack::{DynStack, LayerSet};
@@ -30,7 +31,7 @@ pub struct UdpDriver<S: LayerSet = DynStack> {
     /// the next datagram: a plain `recvfrom` straight into the buffer the connection then
     /// processes, with no copy; a 64-slot `recvmmsg` costs ~3 µs more per round trip on
     /// loopback, measured with `phyllo-lab rtt`).
-    rx_msg: Option<Msg>,
+    rx_one: WaitingBuffer,
     /// Many slots: used while datagrams keep arriving back to back.
     rx: RecvBatch,
     /// Consecutive receives that found something: from two on, more is probably queued.
@@ -49,7 +50,7 @@ impl<S: LayerSet> UdpDriver<S> {
         UdpDriver {
             conn,
             link,
-            rx_msg: None,
+            rx_one: WaitingBuffer::default(),
             rx: RecvBatch::new(MAX_BATCH, RX_CAPACITY),
             streak: 0,
             idle_spins: 0,
@@ -151,23 +152,12 @@ impl<S: LayerSet> UdpDriver<S> {
     /// Receive one datagram straight into a pooled buffer (no copy), hand it to the
     /// connection, run due timers and flush.
     fn poll_one(&mut self, at: Option<Time>) -> io::Result<usize> {
-        // The buffer stays in place until a datagram fills it (a busy poll mostly finds
-        // nothing).
-        let m = match &mut self.rx_msg {
-            Some(m) => m,
-            empty => empty.insert(self.conn.alloc()),
-        };
-        let got = match self.link.try_recv_into(m.tail_room(RX_CAPACITY)) {
-            Ok(got) => got,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => None,
-            Err(e) => return Err(e),
-        };
-        match got {
-            Some(len) if len <= RX_CAPACITY => {
-                let Some(mut m) = self.rx_msg.take() else {
-                    return Ok(0);
-                };
-                m.commit_tail(len);
+        let conn = &mut self.conn;
+        match self
+            .rx_one
+            .recv(&mut self.link, RX_CAPACITY, || conn.alloc())?
+        {
+            Took::Datagram(m, _) => {
                 let now = at.unwrap_or_else(|| self.now());
                 self.conn.handle_msg(now, m);
                 self.tick_at(Some(now))?;
@@ -175,12 +165,12 @@ impl<S: LayerSet> UdpDriver<S> {
             }
             // Longer than any datagram a peer sends (the link counted the truncation), or
             // nothing: the buffer serves the next receive.
-            got => {
+            took => {
                 match at {
                     Some(now) => self.tick_at(Some(now))?,
                     None => self.idle_tick()?,
                 }
-                Ok(got.map_or(0, |_| 1))
+                Ok(usize::from(matches!(took, Took::CutShort)))
             }
         }
     }

@@ -52,6 +52,7 @@ mod serve;
 mod socket;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+mod waiting;
 
 pub use error::NetError;
 pub use phyllo::endpoint::DEFAULT_STACK;

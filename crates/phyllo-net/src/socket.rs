@@ -1,6 +1,7 @@
 //! [`SessionSocket`]: a session endpoint on a UDP socket.
 
 use crate::error::NetError;
+use crate::waiting::{Took, WaitingBuffer};
 use phyllo::endpoint::{Input, PeerId, SessionEndpoint};
 use phyllo::msg::HEADROOM;
 use phyllo::session::{PublicKey, StaticKey};
@@ -83,9 +84,9 @@ pub struct SessionSocket {
     busy: bool,
     /// A busy poll's receive buffer, when it spins with one `recvfrom` per turn
     /// ([`SessionSocket::spin_one`]): the endpoint's, waiting for the datagram to fill it.
-    spin_msg: Option<Msg>,
+    spin: WaitingBuffer,
     /// The room it offers: a whole datagram of any stack's usual size, until one arrives
-    /// truncated, then the most UDP carries.
+    /// cut short, then the most UDP carries.
     spin_room: usize,
     /// Peers that received data since the caller last took this list.
     readable: Vec<PeerId>,
@@ -302,7 +303,7 @@ impl SessionSocket {
             tx: Vec::new(),
             tx_bytes: 0,
             busy: false,
-            spin_msg: None,
+            spin: WaitingBuffer::default(),
             spin_room: phyllo::msg::FRESH_TAILROOM,
             readable: Vec::new(),
             delivered: false,
@@ -429,7 +430,9 @@ impl SessionSocket {
         self.refill();
         self.delivered = false;
         let mut total = 0;
-        let mut got = if self.busy && !self.link.is_gro() && !self.dedicating {
+        // A busy socket that does not dedicate has GRO off (`set_busy_poll`): it spins with
+        // one `recvfrom` per turn.
+        let mut got = if self.busy && !self.dedicating {
             // The datagram the spin took is handled already. A delivery goes to the
             // application at once (as below); after anything else (an acknowledgement, say),
             // what else is queued is taken without waiting.
@@ -491,36 +494,22 @@ impl SessionSocket {
     fn spin_one(&mut self, deadline: Instant) -> Result<usize, NetError> {
         let mut spins: u32 = 0;
         loop {
-            let m = match &mut self.spin_msg {
-                Some(m) => m,
-                empty => empty.insert(self.ep.alloc()),
-            };
-            // A buffer from the pool may offer more than the room asked for: all of it is
-            // the receive's.
-            let tail = m.tail_room(self.spin_room);
-            let room = tail.len();
-            let got = match self.link.try_recv_from_into(tail) {
-                // The connected server's refusal, as in `received`: nothing arrived.
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => None,
-                r => r.map_err(NetError::Receive)?,
-            };
-            match got {
-                Some((len, Some(from))) if len <= room => {
-                    let Some(mut m) = self.spin_msg.take() else {
-                        return Ok(0);
-                    };
-                    m.commit_tail(len);
+            let ep = &mut self.ep;
+            let took = self
+                .spin
+                .recv(&mut self.link, self.spin_room, || ep.alloc())
+                .map_err(NetError::Receive)?;
+            match took {
+                Took::Datagram(m, Some(from)) => {
                     let now = self.now();
-                    if let Input::Data(p) = self.ep.handle_msg(now, from, m) {
-                        self.delivered = true;
-                        push_once(&mut self.readable, p);
-                    }
+                    self.take_in(now, from, m);
                     return Ok(1);
                 }
-                Some((len, _)) if len > room => self.spin_room = 1 << 16,
-                // Nothing queued, or no source address to answer (a family the kernel should
-                // not give): nothing a session can take.
-                _ => {}
+                // No source address to answer (a family the kernel should not give): nothing
+                // a session can take.
+                Took::Datagram(m, None) => self.ep.recycle(m),
+                Took::CutShort => self.spin_room = 1 << 16,
+                Took::Nothing => {}
             }
             spins = spins.wrapping_add(1);
             // The clock after the first turn (a deadline already passed, a zero wait, takes
@@ -531,6 +520,16 @@ impl SessionSocket {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Hand one datagram to the endpoint; the peer it delivered data of, listed as readable.
+    fn take_in(&mut self, now: Time, from: SocketAddr, m: Msg) -> Option<PeerId> {
+        let Input::Data(p) = self.ep.handle_msg(now, from, m) else {
+            return None;
+        };
+        self.delivered = true;
+        push_once(&mut self.readable, p);
+        Some(p)
     }
 
     /// Hand the datagrams of the last receive to the endpoint; how many there were. Data that
@@ -551,9 +550,7 @@ impl SessionSocket {
                 self.ep.recycle(m);
                 continue;
             };
-            if let Input::Data(p) = self.ep.handle_msg(now, from, m) {
-                self.delivered = true;
-                push_once(&mut self.readable, p);
+            if let Some(p) = self.take_in(now, from, m) {
                 if shared && self.dedicating && !newcomers.contains(&(p, from)) {
                     newcomers.push((p, from));
                 }
