@@ -1,8 +1,9 @@
 //! The busy-poll latency loop ([`SessionSocket::set_busy_poll`]) and a client's connected
 //! socket ([`SessionSocket::connect_to`]), through the public calls only: a busy-polling
 //! server echoes every message of a connected, busy-polling client intact and in order,
-//! datagrams longer than the spin's first receive buffer included; the loop's GRO setting
-//! follows the mode; a connected client stays connected across a rebind.
+//! datagrams longer than the spin's first receive buffer included; a datagram longer than the
+//! spin's buffer is cut short once, counted and dropped, and the next fits; the loop's GRO
+//! setting follows the mode; a connected client stays connected across a rebind.
 
 use phyllo::{PeerId, StaticKey};
 use phyllo_net::SessionSocket;
@@ -44,9 +45,9 @@ fn pair() -> (SessionSocket, SessionSocket, PeerId) {
 fn a_busy_polling_server_echoes_every_message_of_a_connected_client_intact_and_in_order() {
     let (mut server, mut client, p) = pair();
     assert!(!server.socket().is_gro(), "busy-polling turns GRO off");
-    // The server spins in a thread of its own and echoes what it gets, so every datagram
-    // arrives while a spin waits for it: the first long one is cut short there and dropped,
-    // and only its retransmission, into a larger buffer, gets through.
+    // The server spins in a thread of its own and echoes what it gets, so datagrams mostly
+    // arrive while a spin waits for them, into buffers of any size the pool holds (the
+    // cutting short of a long one is the next test's).
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
     let echo = std::thread::spawn(move || {
@@ -102,6 +103,45 @@ fn a_busy_polling_server_echoes_every_message_of_a_connected_client_intact_and_i
     assert!(
         server.socket().is_gro() || !gro_available(),
         "GRO is on again"
+    );
+}
+
+#[test]
+fn a_busy_spin_cuts_one_long_datagram_short_then_takes_the_next_whole() {
+    let sk = StaticKey::generate().unwrap();
+    let local: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut server = SessionSocket::bind(local, sk, vec![], STACK, true).unwrap();
+    server.set_busy_poll(true);
+    let mut junk = phyllo_udp::udp::UdpLink::bind(local).unwrap();
+    junk.connect(server.local_addr()).unwrap();
+    // Longer than the 2 KiB a fresh buffer offers, and no session's: dropped either way.
+    let long = vec![0xffu8; 3000];
+    let dropped = |s: &SessionSocket| s.endpoint().stats().drops.iter().sum::<u64>();
+    // The first lands in the spin's fresh buffer: cut short, counted, dropped whole.
+    junk.send_batch(&[&long]).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.socket().stats().truncated == 0 {
+        assert!(Instant::now() < until, "the long datagram never arrived");
+        server.pump(Duration::from_millis(1)).unwrap();
+    }
+    assert_eq!(
+        dropped(&server),
+        0,
+        "a cut datagram never reaches the endpoint"
+    );
+    // The room grew: the second arrives whole and the endpoint drops it as junk.
+    junk.send_batch(&[&long]).unwrap();
+    while dropped(&server) == 0 {
+        assert!(
+            Instant::now() < until,
+            "the second long datagram never reached the endpoint"
+        );
+        server.pump(Duration::from_millis(1)).unwrap();
+    }
+    assert_eq!(
+        server.socket().stats().truncated,
+        1,
+        "only the first was cut short"
     );
 }
 

@@ -1051,7 +1051,8 @@ impl UdpLink {
     /// One non-blocking receive of one datagram straight into `buf` (plain `recvfrom`): its
     /// full length (more than `buf.len()` if it was truncated, the excess discarded), or
     /// `Ok(None)` when nothing is queued. For a driver that receives into its own pooled
-    /// buffers instead of copying out of a [`RecvBatch`].
+    /// buffers instead of copying out of a [`RecvBatch`]. With GRO on it is an error, as for
+    /// [`try_recv_from_into`](Self::try_recv_from_into).
     pub fn try_recv_into(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         Ok(self.try_recv_from_into(buf)?.map(|(len, _)| len))
     }
