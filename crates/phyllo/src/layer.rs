@@ -491,7 +491,7 @@ pub struct Cx<'a> {
     pub(crate) timer: &'a mut Option<Time>,
     pub(crate) counters: &'a mut LayerCounters,
     pub(crate) refusals: &'a mut Refusals,
-    pub(crate) disable: &'a mut [u32; 2],
+    pub(crate) disable: &'a mut [u32; 3],
     pub(crate) template: &'a [u8],
 }
 
@@ -592,6 +592,25 @@ impl<'a> Cx<'a> {
     /// Undo one [`raise_send_disable`](Self::raise_send_disable).
     pub fn lower_send_disable(&mut self) {
         self.disable[0] = self.disable[0].saturating_sub(1);
+    }
+
+    /// Send the next messages the layered way, through this layer's `on_send`, e.g. one the
+    /// layer will hold back: the accelerator sends them on its layered path
+    /// ([`Miss::Diverted`](crate::accel::Miss::Diverted)) instead of predicting their
+    /// headers. Unlike [`raise_send_disable`](Self::raise_send_disable), they do not wait
+    /// (unless a layer also disabled the send header). Every raise must be matched by a
+    /// [`lower_send_divert`](Self::lower_send_divert).
+    pub fn raise_send_divert(&mut self) {
+        self.disable[0] += 1;
+        self.disable[2] += 1;
+    }
+
+    /// Undo one [`raise_send_divert`](Self::raise_send_divert).
+    pub fn lower_send_divert(&mut self) {
+        if self.disable[2] > 0 {
+            self.disable[2] -= 1;
+            self.disable[0] = self.disable[0].saturating_sub(1);
+        }
     }
 
     /// Disable the predicted delivery header: every delivery takes the layered path.

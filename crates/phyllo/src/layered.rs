@@ -128,8 +128,9 @@ pub(crate) struct Core<S: LayerSet> {
     timers: Vec<Option<Time>>,
     stats: Stats,
     max_queue: usize,
-    /// Seed 004's disable counters: send, deliver (raised by layers, zero = enabled).
-    disable: [u32; 2],
+    /// Seed 004's disable counters: send, deliver (raised by layers, zero = enabled); and
+    /// the send diversions, each of which also counts as a send disable.
+    disable: [u32; 3],
     /// The header area layer-originated messages start from (zero, unless the edge has
     /// fields of its own there).
     template: HeaderCopy,
@@ -199,7 +200,7 @@ impl<S: LayerSet> Core<S> {
             timers: vec![None; n],
             stats,
             max_queue,
-            disable: [0; 2],
+            disable: [0; 3],
             refusals: Refusals {
                 keyed,
                 ..Refusals::default()
@@ -253,6 +254,14 @@ impl<S: LayerSet> Core<S> {
     #[inline(always)]
     pub(crate) fn send_disabled(&self) -> bool {
         self.disable[0] > 0
+    }
+
+    /// Whether the send header is disabled only by diversions
+    /// ([`Cx::raise_send_divert`](crate::layer::Cx::raise_send_divert)): a message sent now
+    /// takes the layered path instead of waiting.
+    #[inline]
+    pub(crate) fn send_diverted_only(&self) -> bool {
+        self.disable[2] > 0 && self.disable[0] == self.disable[2]
     }
 
     /// Whether a layer disabled the predicted delivery header.

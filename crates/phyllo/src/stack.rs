@@ -174,7 +174,7 @@ pub struct PostParts<'a> {
     pub(crate) timers: &'a mut [Option<Time>],
     pub(crate) counters: &'a mut [(&'static str, LayerCounters)],
     pub(crate) refusals: &'a mut crate::layer::Refusals,
-    pub(crate) disable: &'a mut [u32; 2],
+    pub(crate) disable: &'a mut [u32; 3],
     pub(crate) template: &'a [u8],
     pub(crate) kept: &'a mut Vec<(usize, Msg)>,
 }

@@ -269,3 +269,45 @@ fn an_absurd_advertised_buffer_does_not_take_the_sender_past_its_ceiling() {
         "the window opened far enough to meet the ceiling: {peak}"
     );
 }
+
+#[test]
+fn the_fast_path_holds_messages_back_as_the_layered_path_does() {
+    // A bulk transfer of the default stack over a clean 50 Mbit/s, 50 ms path, layered and
+    // accelerated. The window holds about one message in 2048 back in both: on the fast
+    // path, the accelerator sends each one it is told to divert the layered way, where the
+    // window holds it, and counts it (`Miss::Diverted`). Every message arrives once, in order.
+    use phyllo::accel::Miss;
+    use phyllo::faults::{Bottleneck, Faults};
+    use phyllo::testing::memlink::{MemLink, Side};
+    use phyllo::testing::Dumbbell;
+    for accelerate in [false, true] {
+        let rate = 50_000_000 / 8;
+        let link = MemLink::new(Faults::none(Duration::from_millis(25)), 1)
+            .with_bottleneck(Side::A, Bottleneck::new(rate, Duration::from_millis(50)))
+            .with_bottleneck(Side::B, Bottleneck::new(rate, Duration::from_millis(50)));
+        let mut d: Dumbbell = Dumbbell::new(link);
+        d.add_spec(phyllo::DEFAULT_STACK, accelerate, Time::ZERO, 5)
+            .expect("builds");
+        d.flows[0].limit = Some(20_000);
+        assert!(d.run_bulk(at(30_000), 1000).expect("runs"), "completes");
+        let f = &d.flows[0];
+        let s = &f.stats;
+        assert_eq!(s.delivered_msgs, 20_000, "accelerated {accelerate}");
+        assert_eq!(
+            (s.misordered, s.corrupt),
+            (0, 0),
+            "accelerated {accelerate}"
+        );
+        let held = f.a.stats().event("ack_check.held");
+        eprintln!("accelerated {accelerate}: {held} of 20000 messages held back");
+        assert!(held > 0, "accelerated {accelerate}: none held back");
+        if let Some(accel) = f.a.accel_stats() {
+            assert_eq!(
+                accel.send_misses(Miss::Diverted),
+                held,
+                "one diversion per hold"
+            );
+            assert!(accel.fast_send_msgs > 15_000, "the rest took the fast path");
+        }
+    }
+}

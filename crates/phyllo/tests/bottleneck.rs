@@ -123,12 +123,18 @@ fn retransmissions(c: &Connection) -> u64 {
         .sum()
 }
 
-/// A dumbbell over `path` with one flow of `spec` per start time.
+/// A dumbbell over `path` with one flow of `spec` per start time, each keyed from the
+/// path's seed and its index (so a run replays).
 fn dumbbell(path: &Path, spec: &str, starts: &[Time]) -> Dumbbell {
     let mut d = Dumbbell::new(path.link());
-    for &start in starts {
-        d.add_spec(spec, ACCELERATE.with(|a| a.get()), start)
-            .unwrap_or_else(|e| panic!("`{spec}` builds: {e}"));
+    for (i, &start) in starts.iter().enumerate() {
+        d.add_spec(
+            spec,
+            ACCELERATE.with(|a| a.get()),
+            start,
+            path.seed << 8 | i as u64,
+        )
+        .unwrap_or_else(|e| panic!("`{spec}` builds: {e}"));
     }
     d
 }
@@ -213,18 +219,19 @@ fn one_flow_fills_a_long_fat_path_in() {
 
 /// (b) Two flows, the second starting 2 s after the first, share a 50 Mbit/s, 50 ms
 /// bottleneck (a queue of one BDP): Jain's index of their goodputs over the last 30 s of a
-/// 60 s run, with NewReno and with the default stack (CUBIC). Each is printed against the
-/// goal of 0.95 and asserted at least 0.85 (neither flow held to less than about half the
-/// other's share). Together they use the link.
+/// 60 s run, with NewReno and with the default stack (CUBIC), each under three keyings
+/// (seeds 1-3). Of the three, the median index is at least 0.95, the goal, and none is under
+/// 0.85 (neither flow held to less than about half the other's share). Together they use the
+/// link.
 ///
-/// Why 0.95 is not asserted: the runs differ (each run's keys seed which messages the window
-/// holds back), and two flows whose losses come together in one drop-tail queue trade shares
-/// over tens of seconds. CUBIC gave 0.98-1.00 in 17 of 20 runs and 0.89, 0.93 and 0.94 in
-/// three, where the late flow left slow start at 16 datagrams (HyStart++ sees the queue the
-/// first flow keeps filling) and CUBIC's curve took tens of seconds to grow it back; NewReno
-/// gave 0.98-1.00 in 15 runs and 0.94 in one, a swing at 18-22 s. On the emulated path
-/// (`wan.fairness`: two CUBIC flows through a real `tbf` queue, started together) the index
-/// is 0.99-1.00.
+/// Why the median: the keys decide which messages the window holds back, and with them the
+/// runs' timing, and two flows whose losses come together in one drop-tail queue trade shares
+/// over tens of seconds. Over seeds 1-16, CUBIC gave 0.88-1.00 layered (3 under 0.95) and
+/// 0.87-1.00 accelerated (4 under 0.95); NewReno 0.98-1.00 in both. In the low runs one flow
+/// drifts to about a third of the link over the last 30 s and CUBIC's curve takes tens of
+/// seconds to give it back. On the emulated path (`wan.fairness`: two CUBIC flows through a
+/// real `tbf` queue, started together) the index is 0.99-1.00. The keys are seeded, so every
+/// run here replays.
 #[test]
 fn two_flows_converge_to_a_fair_share() {
     both_modes(two_flows_converge_to_a_fair_share_in);
@@ -232,13 +239,26 @@ fn two_flows_converge_to_a_fair_share() {
 
 fn two_flows_converge_to_a_fair_share_in() {
     for spec in [CONTROLLERS[1], DEFAULT] {
-        two_flows_share(spec);
+        let mut indices: Vec<f64> = (1..=3).map(|seed| two_flows_share(spec, seed)).collect();
+        indices.sort_by(f64::total_cmp);
+        let median = indices[1];
+        if median < 0.95 {
+            println!("(b) {spec}: MISS: median Jain's index {median:.3} < 0.95, the goal");
+        }
+        assert!(
+            median >= 0.95,
+            "{spec}: median Jain's index {median:.3} < 0.95 ({indices:?})"
+        );
     }
 }
 
-fn two_flows_share(spec: &str) {
+/// One run of (b) keyed from `seed`: its Jain's index (asserted at least 0.85).
+fn two_flows_share(spec: &str, seed: u64) -> f64 {
     let wall = Instant::now();
-    let path = Path::clean(50.0, 50);
+    let path = Path {
+        seed,
+        ..Path::clean(50.0, 50)
+    };
     let end = 60.0;
     let mut d = dumbbell(&path, spec, &[Time::ZERO, secs(2.0)]);
     d.run_bulk(secs(end), MSG).expect("runs");
@@ -258,8 +278,8 @@ fn two_flows_share(spec: &str) {
         })
         .collect();
     println!(
-        "(b) {spec}: goodputs {:.1} and {:.1} Mbit/s over {}-{} s, Jain's index {:.3}; \
-         queue drops {}; Mbit/s per 2 s: {}; wall {:.1} s",
+        "(b) {spec}, seed {seed}: goodputs {:.1} and {:.1} Mbit/s over {}-{} s, Jain's index \
+         {:.3}; queue drops {}; Mbit/s per 2 s: {}; wall {:.1} s",
         mbit(rates[0]),
         mbit(rates[1]),
         end - 30.0,
@@ -272,10 +292,10 @@ fn two_flows_share(spec: &str) {
     for f in &d.flows {
         assert_eq!((f.stats.misordered, f.stats.corrupt), (0, 0), "{spec}");
     }
-    if jain < 0.95 {
-        println!("(b) {spec}: MISS: Jain's index {jain:.3} < 0.95, the goal");
-    }
-    assert!(jain >= 0.85, "{spec}: Jain's index {jain:.3} < 0.85");
+    assert!(
+        jain >= 0.85,
+        "{spec}, seed {seed}: Jain's index {jain:.3} < 0.85"
+    );
     let total: f64 = rates.iter().sum();
     assert!(
         total >= 0.8 * path.bytes_per_sec(),
@@ -283,6 +303,7 @@ fn two_flows_share(spec: &str) {
         mbit(total),
         path.mbit
     );
+    jain
 }
 
 /// (c) No spurious retransmission on a clean path with jitter: 50 Mbit/s, 50 ms, each

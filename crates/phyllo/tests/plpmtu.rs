@@ -19,7 +19,7 @@ fn transfer(mtu: usize, accel: bool, msgs: u64, len: usize) -> Dumbbell {
         .with_mtu(Side::B, mtu);
     let mut d: Dumbbell = Dumbbell::new(link);
     let i = d
-        .add_spec(DEFAULT_STACK, accel, Time::ZERO)
+        .add_spec(DEFAULT_STACK, accel, Time::ZERO, 1)
         .expect("builds");
     d.flows[i].limit = Some(msgs);
     let done = d.run_bulk(Time(30_000_000_000), len).expect("no stall");

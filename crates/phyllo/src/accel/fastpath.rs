@@ -146,7 +146,11 @@ impl Accelerator {
         // its gossip (the acknowledgement) may be out of date by definition (seed 004 §2.1).
         // This keeps the delivery's post-phase off the round trip's critical path.
         if self.must_wait(core) {
-            self.backlog.push(m, core.pool());
+            if self.divertable(core) {
+                self.send_diverted(core, now, m, false, 1);
+            } else {
+                self.backlog.push(m, core.pool());
+            }
             return;
         }
         self.send_one(core, now, m, false, 1);
@@ -158,7 +162,12 @@ impl Accelerator {
     pub(crate) fn send_bytes<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, data: &[u8]) {
         self.last = now;
         if self.must_wait(core) {
-            self.backlog.push_bytes(data, core.pool());
+            if self.divertable(core) {
+                let m = core.pool().alloc_copy(data);
+                self.send_diverted(core, now, m, false, 1);
+            } else {
+                self.backlog.push_bytes(data, core.pool());
+            }
             return;
         }
         let m = core.pool().alloc_copy(data);
@@ -170,6 +179,28 @@ impl Accelerator {
     #[inline(always)]
     fn must_wait<S: LayerSet>(&self, core: &Core<S>) -> bool {
         self.pending.send || !self.backlog.is_empty() || !self.may_send(core)
+    }
+
+    /// Whether a message that may not take the fast path now goes the layered way at once:
+    /// only diversions stop it, and nothing older waits.
+    #[cold]
+    fn divertable<S: LayerSet>(&self, core: &Core<S>) -> bool {
+        !self.pending.send && self.backlog.is_empty() && core.send_diverted_only()
+    }
+
+    /// Send a body on the layered path because a layer diverted it
+    /// ([`Miss::Diverted`]), the predicted header in front as for any miss.
+    #[cold]
+    #[inline(never)]
+    fn send_diverted<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        body: Msg,
+        packed: bool,
+        msgs: u64,
+    ) {
+        self.send_layered(core, now, body, packed, msgs, true, Miss::Diverted);
     }
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
@@ -221,10 +252,32 @@ impl Accelerator {
         }
     }
 
-    /// Send `body` on the layered path because the send direction is distrusted: the
-    /// predicted header in front (the layered pre-sends write their fields over it), packed
-    /// if `packed` (and counted as packed if `count_packing`).
+    /// Send `body` on the layered path because the send direction is distrusted.
     fn send_distrusted<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        now: Time,
+        body: Msg,
+        packed: bool,
+        msgs: u64,
+        count_packing: bool,
+    ) {
+        self.send_layered(
+            core,
+            now,
+            body,
+            packed,
+            msgs,
+            count_packing,
+            Miss::Distrusted,
+        );
+    }
+
+    /// Send `body` on the layered path for `why`, the predicted header in front (the layered
+    /// pre-sends write their fields over it), packed if `packed` (and counted as packed if
+    /// `count_packing`).
+    #[allow(clippy::too_many_arguments)]
+    fn send_layered<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
         now: Time,
@@ -232,6 +285,7 @@ impl Accelerator {
         packed: bool,
         msgs: u64,
         count_packing: bool,
+        why: Miss,
     ) {
         body.prepend(self.predict.send_header(self.header_len, false));
         if packed && count_packing {
@@ -239,7 +293,7 @@ impl Accelerator {
         } else if packed {
             self.set_packed(&mut body, core.layout());
         }
-        self.send_missed(core, now, body, Miss::Distrusted, msgs);
+        self.send_missed(core, now, body, why, msgs);
     }
 
     /// A check caught `layer` mispredicting (a send if `send`, else a delivery): that
@@ -598,11 +652,19 @@ impl Accelerator {
     /// post-processing before the next (packing: seed 004 §3.4).
     #[inline(never)]
     fn send_backlog<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time) {
-        while self.may_send(core) {
+        loop {
+            let diverted = !self.may_send(core);
+            if diverted && !core.send_diverted_only() {
+                return;
+            }
             let Some(w) = self.backlog.pop() else {
                 return;
             };
-            self.send_one(core, now, w.body, w.packed, w.msgs);
+            if diverted {
+                self.send_diverted(core, now, w.body, w.packed, w.msgs);
+            } else {
+                self.send_one(core, now, w.body, w.packed, w.msgs);
+            }
             self.post_deliver_pending(core, now);
             self.post_send_pending(core, now);
         }

@@ -180,7 +180,8 @@ impl Accelerator {
     /// Whether [`post_process`](Self::post_process) would do something now.
     #[inline]
     pub(crate) fn actionable<S: LayerSet>(&self, core: &Core<S>) -> bool {
-        !self.pending.is_none() || (!self.backlog.is_empty() && self.may_send(core))
+        !self.pending.is_none()
+            || (!self.backlog.is_empty() && (self.may_send(core) || core.send_diverted_only()))
     }
 
     /// Whether a message may leave the backlog: no layer disabled the send header, and this

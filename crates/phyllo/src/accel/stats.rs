@@ -22,18 +22,23 @@ pub enum Miss {
     /// [`AccelStats::distrusted_deliver`]. Counts the message the check caught and every
     /// later one: every send, and every delivery that passed the fast path's other checks.
     Distrusted,
+    /// A layer sent the message the layered way on purpose ([`crate::layer::Cx::raise_send_divert`]):
+    /// the window holds one new message in a few thousand back a round trip, which only its
+    /// layered send does.
+    Diverted,
 }
 
 impl Miss {
     /// Every reason, in the order of [`AccelStats::send_miss`] and
     /// [`AccelStats::deliver_miss`].
-    pub const ALL: [Miss; 6] = [
+    pub const ALL: [Miss; 7] = [
         Miss::Disabled,
         Miss::Filter,
         Miss::Fragment,
         Miss::Mismatch,
         Miss::Unpredicted,
         Miss::Distrusted,
+        Miss::Diverted,
     ];
 
     fn index(self) -> usize {

@@ -314,11 +314,18 @@ pub struct Window<const O: bool = false> {
     /// The generator that picks which messages are held back (xorshift, seeded from the
     /// session's keys so a peer cannot predict it).
     skip_state: u64,
+    /// Whether the generator picked the message numbered next (`snd_next`) to be held back,
+    /// drawn when the number before it was used: decided ahead, so that the accelerator is
+    /// told to send it the layered way ([`Cx::raise_send_divert`]), where it is held.
+    hold_next: bool,
     /// The search for the path's datagram size, and where it publishes the result (with
     /// `max_datagram`).
     search: Option<Box<(Search, PathMtu)>>,
     /// Whether this layer holds the accelerator's send header disabled.
     send_disabled: bool,
+    /// Whether this layer diverts the accelerator's sends to the layered path (the next
+    /// message is to be held back).
+    send_diverted: bool,
     /// Whether the window or the pacer said no since the last send (so the next send is not
     /// application-limited).
     blocked: bool,
@@ -402,8 +409,10 @@ impl<const O: bool> Window<O> {
             probes: 0,
             held: None,
             skip_state: 0x9e37_79b9_7f4a_7c15,
+            hold_next: false,
             search: None,
             send_disabled: false,
+            send_diverted: false,
             blocked: false,
             rcv_next: 0,
             ooo: BTreeMap::new(),
@@ -514,7 +523,8 @@ impl<const O: bool> Window<O> {
     }
 
     /// Keep the accelerator's send-disable counter in step with a full window (seed 004
-    /// §3.2: "when the send window of a sliding window protocol is full").
+    /// §3.2: "when the send window of a sliding window protocol is full"), and its
+    /// diversion with a message to be held back (only the layered send holds one).
     fn sync_disable(&mut self, cx: &mut Cx<'_>) {
         let may = self.may_send_new(cx.now(), self.mtu);
         let full = !self.backlog.is_empty() || !self.lost.is_empty() || may.is_err();
@@ -532,6 +542,15 @@ impl<const O: bool> Window<O> {
                 cx.lower_send_disable();
             }
             self.send_disabled = full;
+        }
+        let divert = self.holds_next();
+        if divert != self.send_diverted {
+            if divert {
+                cx.raise_send_divert();
+            } else {
+                cx.lower_send_divert();
+            }
+            self.send_diverted = divert;
         }
     }
 
@@ -605,7 +624,7 @@ impl<const O: bool> Window<O> {
         cx.set(&mut m, f.seq, self.snd_next);
         cx.set(&mut m, f.ack, self.rcv_next);
         self.stamp(&mut m, f, KIND_DATA, self.snd_next, cx);
-        if self.hold_this_one() {
+        if self.holds_next() {
             // Numbered and kept, not sent: it leaves a round trip later.
             let until = cx.now() + self.rtt.get_or(Duration::ZERO);
             self.held = Some((self.snd_next, until, self.transmissions + HOLD_FOR));
@@ -619,25 +638,32 @@ impl<const O: bool> Window<O> {
         cx.send_down(m);
     }
 
-    /// Whether to hold back the next new message (about one in [`SKIP_ONE_IN`], only in bulk:
-    /// under a controller whose window holds 32 datagrams or more, with a round trip
-    /// measured, and none held already). Like QUIC's skipped packet numbers (RFC 9000 §21.4)
-    /// this exposes a peer that acknowledges ahead of delivery; it costs the messages after
-    /// the held one a round trip of delay at the receiver, once in a few thousand.
-    fn hold_this_one(&mut self) -> bool {
-        let bulk = self
-            .cc
-            .as_ref()
-            .is_some_and(|c| c.window() >= 32 * self.mtu);
-        if !bulk || self.held.is_some() || self.rtt.smoothed().is_none() {
-            return false;
-        }
+    /// Whether the next new message is held back: the generator picked it (about one in
+    /// [`SKIP_ONE_IN`]), and the flow is in bulk (under a controller whose window holds 32
+    /// datagrams or more, with a round trip measured, and none held already). Like QUIC's
+    /// skipped packet numbers (RFC 9000 §21.4) this exposes a peer that acknowledges ahead of
+    /// delivery; it costs the messages after the held one a round trip of delay at the
+    /// receiver, once in a few thousand. The same on both paths: while it holds, the
+    /// accelerator sends the next message the layered way ([`sync_disable`](Self::sync_disable)).
+    fn holds_next(&self) -> bool {
+        self.hold_next
+            && self.held.is_none()
+            && self.rtt.smoothed().is_some()
+            && self
+                .cc
+                .as_ref()
+                .is_some_and(|c| c.window() >= 32 * self.mtu)
+    }
+
+    /// Draw whether the message numbered next is to be held back (see
+    /// [`holds_next`](Self::holds_next)).
+    fn draw_hold(&mut self) {
         let mut x = self.skip_state;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         self.skip_state = x;
-        x.is_multiple_of(SKIP_ONE_IN)
+        self.hold_next = x.is_multiple_of(SKIP_ONE_IN);
     }
 
     /// Send the held message once its time has come ([`resend`](Self::resend) takes it out
@@ -679,6 +705,7 @@ impl<const O: bool> Window<O> {
                 .is_some_and(|c| (self.in_flight + len) * 2 < c.window());
         self.blocked = false;
         self.snd_next += 1;
+        self.draw_hold();
         self.sent.push_back(Sent {
             msg: Some(copy),
             len,
@@ -1292,10 +1319,12 @@ impl<const O: bool> Window<O> {
         f: A,
         transport: Option<Transport>,
     ) -> Verdict {
+        // A message to be held back is absorbed too: `send_data` numbers and holds it.
         if self.full(
             pkt.now(),
             pkt.header().len() as u64 + f.body_len(pkt) as u64,
-        ) {
+        ) || self.holds_next()
+        {
             cold::<O>();
             return Verdict::Absorb;
         }

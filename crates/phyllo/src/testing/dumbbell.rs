@@ -25,9 +25,10 @@
 //! default), so a test reads a flow's goodput over any window
 //! ([`Dumbbell::goodput`]) and the flows' fairness ([`jain_index`]).
 
-use crate::conn::{BuildError, Config, Connection, SendError};
+use crate::conn::{BuildError, Connection, SendError};
 use crate::stack::{build_dyn, DynStack, LayerSet};
 use crate::testing::memlink::{MemLink, Side};
+use crate::testing::seeded_pair;
 use crate::time::{earliest, Time};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -540,15 +541,18 @@ impl FlowStats {
 }
 
 impl Dumbbell<DynStack> {
-    /// Add a flow of two connections built from `spec` (accelerated or not, keyed by
-    /// [`Config::pair`]), whose bulk sending starts at `start`; its index.
+    /// Add a flow of two connections built from `spec` (accelerated or not, keyed from
+    /// `key_seed` by [`seeded_pair`], so a run replays), whose bulk sending starts at
+    /// `start`; its index. Give each flow of a dumbbell its own seed: two flows under one
+    /// seed hold back the same messages.
     pub fn add_spec(
         &mut self,
         spec: &str,
         accelerate: bool,
         start: Time,
+        key_seed: u64,
     ) -> Result<usize, BuildError> {
-        let (a, b) = Config::pair(accelerate)?;
+        let (a, b) = seeded_pair(accelerate, key_seed);
         let a = Connection::new(build_dyn(spec)?, a)?;
         let b = Connection::new(build_dyn(spec)?, b)?;
         Ok(self.add_flow(a, b, start))
@@ -608,8 +612,10 @@ mod tests {
             Bottleneck::new(1_000_000, Duration::from_millis(20)),
         );
         let mut d: Dumbbell = Dumbbell::new(link);
-        for start in [Time::ZERO, Time(50_000_000)] {
-            let i = d.add_spec("window(32)", false, start).expect("builds");
+        for (seed, start) in [(1, Time::ZERO), (2, Time(50_000_000))] {
+            let i = d
+                .add_spec("window(32)", false, start, seed)
+                .expect("builds");
             d.flows[i].limit = Some(400);
         }
         let done = d.run_bulk(Time(10_000_000_000), 1000).expect("runs");

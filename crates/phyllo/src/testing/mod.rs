@@ -26,6 +26,42 @@ use crate::stack::{build_dyn, DynStack, LayerSet};
 use crate::testing::memlink::{Faults, MemLink, Side};
 use crate::time::{earliest, Time};
 
+/// Two ends in one process keyed from `seed` instead of a handshake: an initiator and a
+/// responder, accelerated or not, whose keys are HKDF-SHA256 of the seed (info
+/// `"phyllo testing keys"`). The same seed gives the same keys, so a simulation whose
+/// behaviour depends on them (the window layer draws which messages it holds back from its
+/// key) replays exactly; [`Config::pair`] gives fresh keys every call.
+///
+/// Anyone who knows the seed knows the keys: this is for simulations, never for a network.
+pub fn seeded_pair(accelerate: bool, seed: u64) -> (Config, Config) {
+    use crate::layer::{DirectionKeys, Role};
+    use crate::session::{PublicKey, SessionKeys};
+    use hkdf::Hkdf;
+    use sha2::Sha256;
+    let mut okm = [0u8; 64];
+    // 64 bytes are always within HKDF-SHA256's limit of 255 * 32.
+    let _ = Hkdf::<Sha256>::new(None, &seed.to_le_bytes()).expand(b"phyllo testing keys", &mut okm);
+    let (mut i2r, mut r2i) = ([0u8; 32], [0u8; 32]);
+    i2r.copy_from_slice(&okm[..32]);
+    r2i.copy_from_slice(&okm[32..]);
+    let end = |role| {
+        let keys = SessionKeys {
+            keys: DirectionKeys::new(i2r, r2i),
+            role,
+            peer: PublicKey([0; 32]),
+            local_index: 0,
+            peer_index: 0,
+            replaces: None,
+        };
+        Config {
+            accelerate,
+            ..Config::new(role)
+        }
+        .with_session(keys)
+    };
+    (end(Role::Initiator), end(Role::Responder))
+}
+
 /// Two connections over an in-memory link.
 pub struct Pair<S: LayerSet = DynStack> {
     /// End A (the initiator).
