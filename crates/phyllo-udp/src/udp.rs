@@ -206,6 +206,9 @@ impl RecvTarget for RecvBufs {}
 /// UDP receive may bring).
 const SPILL: usize = 1 << 16;
 
+/// The fewest slots a [`RecvBufs`] offers a receive ([`RecvBufs`]'s `offer`).
+const MIN_OFFER: usize = 2;
+
 /// The smallest segment size of a coalesced run that a [`RecvBufs`] offers buffers of: runs of
 /// smaller datagrams (acknowledgements) are copied out of the buffers they landed in, which
 /// costs little, rather than making every larger datagram land across buffers.
@@ -216,7 +219,10 @@ const MIN_SCATTER: usize = 512;
 /// process the datagram where it arrived (phyllo's `Msg::from_parts`).
 ///
 /// Each of up to `slots` messages of one `recvmmsg` gets `per_slot` buffers of `size` bytes,
-/// then a spill area of the batch's own. A datagram that fits one buffer lands there whole;
+/// then a spill area of the batch's own. A receive offers at most twice as many slots as the
+/// last one brought messages (at least two): laying a slot out costs something per buffer,
+/// so a request-response exchange, one datagram a receive, lays out two slots rather than
+/// all of them, and a burst doubles the offer each receive back up to `slots`. A datagram that fits one buffer lands there whole;
 /// with GRO on ([`UdpLink::set_gro`]) the kernel writes a coalesced run across consecutive
 /// buffers, so when `size` is the run's segment size each of its datagrams lands in a buffer
 /// of its own. `size` follows what arrives: the segment size of the last coalesced run of
@@ -242,6 +248,10 @@ pub struct RecvBufs {
     bufs: Vec<Vec<u8>>,
     slots: usize,
     max_slots: usize,
+    /// Slots offered at the next receive: twice what the last receive brought, at least
+    /// [`MIN_OFFER`] (laying a slot out costs each of its buffers; a request-response
+    /// exchange brings one datagram a receive, a burst doubles it back up).
+    offer: usize,
     per_slot: usize,
     /// `per_slot` for the next receive (a longer run was seen).
     want_per_slot: usize,
@@ -307,6 +317,7 @@ impl RecvBufs {
             bufs: Vec::new(),
             slots: 0,
             max_slots,
+            offer: MIN_OFFER,
             per_slot,
             want_per_slot: per_slot,
             headroom,
@@ -470,7 +481,7 @@ impl sys::Target for RecvBufs {
         }
         let (h, size, per) = (self.headroom, self.size, self.per_slot);
         self.rx_size = size;
-        let n = self.slots.min(max).min(MAX_BATCH);
+        let n = self.slots.min(self.offer).min(max).min(MAX_BATCH);
         let mut at = 0;
         for (i, (bufs, spill)) in self
             .bufs
@@ -510,6 +521,7 @@ impl sys::Target for RecvBufs {
     }
 
     fn received(&mut self, n: usize) {
+        self.offer = (2 * n).max(MIN_OFFER);
         let (mut run_seg, mut longest, mut longest_run) = (None, 0, 0);
         for i in 0..n {
             let len = self.meta.lens[i];
@@ -1538,6 +1550,41 @@ mod tests {
             assert_eq!(bufs.joined(), 1, "round {round}");
             assert_eq!(bufs.buffer_size(), 5000);
         }
+    }
+
+    #[test]
+    fn a_receive_offers_twice_the_slots_the_last_one_brought() {
+        // One datagram a receive (a request-response exchange) keeps the offer at two slots;
+        // a queue of 40 is then taken 2, 4, 8, 16, 10 at a time (16 slots), every one intact.
+        let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+        b.set_gro(false).unwrap();
+        let mut bufs = RecvBufs::new(16, 1, 16);
+        let mut take = |b: &mut UdpLink, bufs: &mut RecvBufs| {
+            bufs.refill(Vec::new);
+            let n = b.recv_timeout(bufs, Some(Duration::from_secs(5))).unwrap();
+            let mut got = Vec::new();
+            while let Some(d) = bufs.pop(Vec::new) {
+                got.push(d.buf[d.data].to_vec());
+            }
+            assert_eq!(got.len(), n);
+            got
+        };
+        for i in 0..3u8 {
+            a.send_batch(&[&[i; 20]]).unwrap();
+            assert_eq!(take(&mut b, &mut bufs), vec![vec![i; 20]]);
+            assert_eq!(bufs.offer, 2);
+        }
+        let sent: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 100]).collect();
+        let refs: Vec<&[u8]> = sent.iter().map(|d| &d[..]).collect();
+        a.send_batch(&refs).unwrap();
+        let (mut got, mut counts) = (Vec::new(), Vec::new());
+        while got.len() < sent.len() {
+            let more = take(&mut b, &mut bufs);
+            counts.push(more.len());
+            got.extend(more);
+        }
+        assert_eq!(got, sent, "every datagram, intact and in order");
+        assert_eq!(counts, [2, 4, 8, 16, 10]);
     }
 
     #[test]

@@ -1758,16 +1758,30 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// retiring sessions, idle timeouts.
     pub fn handle_timeout(&mut self, now: Time) {
         // The peers due now, each once: what becomes due again (at `now`) waits for the next
-        // call, so a deadline that makes no progress cannot spin here.
+        // call, so a deadline that makes no progress cannot spin here. A peer's entry stays
+        // in the heap when its deadline moves later (a request-response client's deferred
+        // work, done by the driver before it fell due): such a peer is put back at its
+        // deadline, not woken for nothing.
         let mut due = Vec::new();
         while let Some(&Reverse((t, i))) = self.timers.peek() {
             if t > now {
                 break;
             }
             self.timers.pop();
-            if self.peers[i as usize].scheduled == Some(t) {
-                self.peers[i as usize].scheduled = None;
-                due.push(PeerId(i));
+            let peer = &mut self.peers[i as usize];
+            if peer.scheduled != Some(t) {
+                continue;
+            }
+            match peer.next_deadline(&self.cfg) {
+                Some(later) if later > now => {
+                    peer.scheduled = Some(later);
+                    self.timers.push(Reverse((later, i)));
+                }
+                Some(_) => {
+                    peer.scheduled = None;
+                    due.push(PeerId(i));
+                }
+                None => peer.scheduled = None,
             }
         }
         for p in due {
@@ -1803,7 +1817,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
     }
 
     fn peer_timeout(&mut self, now: Time, p: PeerId) {
-        let cfg = self.cfg.clone();
         let peer = &mut self.peers[p.0 as usize];
         // A dead session waits for the new handshake silently: its retransmissions could only
         // reach a peer that no longer knows it.
@@ -1814,8 +1827,8 @@ impl<S: LayerSet> SessionEndpoint<S> {
         }
         let (waiting, rtt) = (peer.waiting(), peer.handshake_rtt);
         if let Some(pd) = &peer.pending {
-            if pd.sent_at + retry_after(&cfg, pd.attempts, waiting, rtt) <= now {
-                if pd.attempts >= cfg.handshake_attempts {
+            if pd.sent_at + retry_after(&self.cfg, pd.attempts, waiting, rtt) <= now {
+                if pd.attempts >= self.cfg.handshake_attempts {
                     let pd = peer.pending.take();
                     if let Some(pd) = pd {
                         self.by_index.remove(&pd.init.index());
@@ -1832,6 +1845,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             s.confirm(&mut self.pool);
         }
         let (waiting, dialer) = (peer.waiting(), peer.dialer);
+        let cfg = &self.cfg;
         if let Some(s) = &mut peer.current {
             if !s.shrunk
                 && !s.outstanding()
