@@ -1559,7 +1559,7 @@ mod tests {
         let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
         b.set_gro(false).unwrap();
         let mut bufs = RecvBufs::new(16, 1, 16);
-        let mut take = |b: &mut UdpLink, bufs: &mut RecvBufs| {
+        let take = |b: &mut UdpLink, bufs: &mut RecvBufs| {
             bufs.refill(Vec::new);
             let n = b.recv_timeout(bufs, Some(Duration::from_secs(5))).unwrap();
             let mut got = Vec::new();
