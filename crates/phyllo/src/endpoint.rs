@@ -1027,6 +1027,9 @@ struct Peer<S: LayerSet> {
     leftover: VecDeque<Msg>,
     cookie: Option<([u8; MAC_LEN], Time)>,
     scheduled: Option<Time>,
+    /// On the endpoint's list of peers whose deadline is to be worked out again
+    /// ([`SessionEndpoint::settle_schedule`]).
+    resched: bool,
     tx_flagged: bool,
     /// On the endpoint's list of peers with deferred post-processing.
     deferred_listed: bool,
@@ -1241,6 +1244,10 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     deferred: Vec<PeerId>,
     deferred_spare: Vec<PeerId>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Peers touched since their deadlines were last worked out: `touch` lists a peer, and
+    /// its deadline goes into `timers` when a driver next asks for the deadlines, after it
+    /// has sent what the touch made ready, not between a datagram's arrival and the answer.
+    resched: Vec<PeerId>,
     events: VecDeque<Event>,
     /// Theoretical arrival time of the handshake rate limiter (GCRA).
     load_tat: Time,
@@ -1300,6 +1307,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             deferred: Vec::new(),
             deferred_spare: Vec::new(),
             timers: BinaryHeap::new(),
+            resched: Vec::new(),
             events: VecDeque::new(),
             load_tat: Time::ZERO,
             sources: HashMap::new(),
@@ -1424,6 +1432,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
             leftover: VecDeque::new(),
             cookie: None,
             scheduled: None,
+            resched: false,
             tx_flagged: false,
             deferred_listed: false,
             handshake_rtt: None,
@@ -1746,12 +1755,41 @@ impl<S: LayerSet> SessionEndpoint<S> {
             peer.tx_flagged = false;
             self.tx_ready.pop_front();
         }
+        // Everything ready has left: the deadlines of the peers touched meanwhile now.
+        self.settle_schedule();
         None
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let listed = self
+            .resched
+            .iter()
+            .filter_map(|p| self.peers[p.0 as usize].next_deadline(&self.cfg));
+        let heap = self.timers.peek().map(|Reverse((t, _))| *t);
+        listed.chain(heap).min()
+    }
+
+    /// Work out the deadlines of the peers touched since the last time, into `timers` (a
+    /// deadline later than the one a peer is scheduled for waits for that one to pass:
+    /// [`handle_timeout`](Self::handle_timeout) puts it back).
+    fn settle_schedule(&mut self) {
+        if self.resched.is_empty() {
+            return;
+        }
+        let mut list = std::mem::take(&mut self.resched);
+        for &p in &list {
+            let peer = &mut self.peers[p.0 as usize];
+            peer.resched = false;
+            if let Some(t) = peer.next_deadline(&self.cfg) {
+                if peer.scheduled.is_none_or(|s| t < s) {
+                    peer.scheduled = Some(t);
+                    self.timers.push(Reverse((t, p.0)));
+                }
+            }
+        }
+        list.clear();
+        self.resched = list;
     }
 
     /// Run what is due at `now`: the sessions' timers, handshake retries, dead-peer checks,
@@ -1762,6 +1800,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
         // in the heap when its deadline moves later (a request-response client's deferred
         // work, done by the driver before it fell due): such a peer is put back at its
         // deadline, not woken for nothing.
+        self.settle_schedule();
         let mut due = Vec::new();
         while let Some(&Reverse((t, i))) = self.timers.peek() {
             if t > now {
@@ -2285,7 +2324,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
         {
             self.initiate(now, p);
         }
-        let cfg = &self.cfg;
         let peer = &mut self.peers[p.0 as usize];
         if !peer.tx_flagged && peer.sessions().any(|s| s.conn.transmit_ready() > 0) {
             peer.tx_flagged = true;
@@ -2295,11 +2333,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
             peer.deferred_listed = true;
             self.deferred.push(p);
         }
-        if let Some(t) = peer.next_deadline(cfg) {
-            if peer.scheduled.is_none_or(|s| t < s) {
-                peer.scheduled = Some(t);
-                self.timers.push(Reverse((t, p.0)));
-            }
+        if !peer.resched {
+            peer.resched = true;
+            self.resched.push(p);
         }
     }
 
