@@ -104,7 +104,13 @@ struct Peer {
     refused: bool,
     /// Answers that did not fit the session yet.
     replies: VecDeque<Vec<u8>>,
+    /// The buffer of the last answer sent, for the next echo (a ping's answer allocates
+    /// nothing).
+    spare: Vec<u8>,
 }
+
+/// The largest answer buffer a peer keeps for the next ([`Peer::spare`]).
+const SPARE_MAX: usize = 64 << 10;
 
 /// The server's application: echo pings, receive transfers ([`crate::incoming`]).
 struct App<'a> {
@@ -176,7 +182,11 @@ impl App<'_> {
                     while let Some(r) = st.replies.front() {
                         match node.endpoint_mut().send(now, p, r) {
                             Ok(()) => {
-                                st.replies.pop_front();
+                                if let Some(r) = st.replies.pop_front() {
+                                    if r.capacity() <= SPARE_MAX {
+                                        st.spare = r;
+                                    }
+                                }
                             }
                             Err(SessionSendError::WouldBlock) => break,
                             Err(e) => {
@@ -231,7 +241,12 @@ fn answer(
         Some(Message::Fail { reason: &reason }.encode())
     };
     match Message::parse(m) {
-        _ if m.first() == Some(&PING) => Some(m.to_vec()),
+        _ if m.first() == Some(&PING) => {
+            let mut echo = std::mem::take(&mut st.spare);
+            echo.clear();
+            echo.extend_from_slice(m);
+            Some(echo)
+        }
         Ok(Message::Offer(offer)) => {
             st.refused = false;
             match st.transfer.take() {

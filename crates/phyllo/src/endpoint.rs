@@ -1189,6 +1189,11 @@ fn retry_after(
     cfg.handshake_timeout * (1 << attempts.saturating_sub(1).min(3))
 }
 
+/// The most peers whose deadlines wait to be worked out (`SessionEndpoint`'s `resched`):
+/// bounds what [`SessionEndpoint::poll_timeout`] looks at for a driver that neither
+/// post-processes nor runs timers for a while.
+const MAX_UNSETTLED: usize = 64;
+
 /// How far ahead the load limiter's theoretical arrival time may run: under load is a second
 /// of initiations beyond the rate, so the load ends at most a second after they stop.
 const LOAD_HOLD: Duration = Duration::from_secs(2);
@@ -1245,8 +1250,11 @@ pub struct SessionEndpoint<S: LayerSet = DynStack> {
     deferred_spare: Vec<PeerId>,
     timers: BinaryHeap<Reverse<(Time, u32)>>,
     /// Peers touched since their deadlines were last worked out: `touch` lists a peer, and
-    /// its deadline goes into `timers` when a driver next asks for the deadlines, after it
-    /// has sent what the touch made ready, not between a datagram's arrival and the answer.
+    /// its deadline goes into `timers` at the next [`post_process`](Self::post_process) or
+    /// [`handle_timeout`](Self::handle_timeout) (a driver's turn after the answers left), not
+    /// between a datagram's arrival and the answer. [`poll_timeout`](Self::poll_timeout)
+    /// counts the listed peers' deadlines meanwhile; more than [`MAX_UNSETTLED`] are settled
+    /// at once.
     resched: Vec<PeerId>,
     events: VecDeque<Event>,
     /// Theoretical arrival time of the handshake rate limiter (GCRA).
@@ -1755,8 +1763,6 @@ impl<S: LayerSet> SessionEndpoint<S> {
             peer.tx_flagged = false;
             self.tx_ready.pop_front();
         }
-        // Everything ready has left: the deadlines of the peers touched meanwhile now.
-        self.settle_schedule();
         None
     }
 
@@ -1837,7 +1843,10 @@ impl<S: LayerSet> SessionEndpoint<S> {
     /// ([`poll_timeout`](Self::poll_timeout), [`DEFERRED_GRACE`](crate::accel::DEFERRED_GRACE)
     /// after the operation that left it), or runs first thing in the session's next send or
     /// delivery, which in a fast request-response exchange is often the next request's.
+    /// It also puts the deadlines of the peers touched since the last call into the timer
+    /// queue (worked out here, after the answers left, rather than on their way).
     pub fn post_process(&mut self, now: Time) {
+        self.settle_schedule();
         if self.deferred.is_empty() {
             return;
         }
@@ -2336,6 +2345,9 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if !peer.resched {
             peer.resched = true;
             self.resched.push(p);
+            if self.resched.len() > MAX_UNSETTLED {
+                self.settle_schedule();
+            }
         }
     }
 
