@@ -594,8 +594,8 @@ impl<'a> Cx<'a> {
         self.disable[0] = self.disable[0].saturating_sub(1);
     }
 
-    /// Send the next messages the layered way, through this layer's `on_send`, e.g. one the
-    /// layer will hold back: the accelerator sends them on its layered path
+    /// Send the next messages the layered way, through every layer's pre-send, e.g. one
+    /// this layer will hold back: the accelerator sends them on its layered path
     /// ([`Miss::Diverted`](crate::accel::Miss::Diverted)) instead of predicting their
     /// headers. Unlike [`raise_send_disable`](Self::raise_send_disable), they do not wait
     /// (unless a layer also disabled the send header). Every raise must be matched by a

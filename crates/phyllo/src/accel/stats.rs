@@ -22,9 +22,9 @@ pub enum Miss {
     /// [`AccelStats::distrusted_deliver`]. Counts the message the check caught and every
     /// later one: every send, and every delivery that passed the fast path's other checks.
     Distrusted,
-    /// A layer sent the message the layered way on purpose ([`crate::layer::Cx::raise_send_divert`]):
-    /// the window holds one new message in a few thousand back a round trip, which only its
-    /// layered send does.
+    /// A layer had the message sent the layered way on purpose
+    /// ([`crate::layer::Cx::raise_send_divert`]): the window holds one new message in a few
+    /// thousand back a round trip, which only its pre-send does.
     Diverted,
 }
 
