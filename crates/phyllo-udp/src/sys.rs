@@ -158,6 +158,50 @@ fn set_option(
     }
 }
 
+/// One datagram with `sendto`, to `to` (no address when the socket is connected to it):
+/// what a busy-polled round trip sends each way, without the message headers, iovecs and
+/// batch arrays of [`send_pieces`].
+pub(super) fn send_to(
+    fd: BorrowedFd<'_>,
+    data: &[u8],
+    to: SocketAddr,
+    peer: Option<SocketAddr>,
+    flags: libc::c_int,
+) -> io::Result<()> {
+    let r = if Some(to) == peer {
+        // SAFETY: `fd` is an open socket borrowed for the call; the kernel reads
+        // `data.len()` bytes from `data`, borrowed for the call; no name (null, length 0).
+        unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                flags,
+                std::ptr::null(),
+                0,
+            )
+        }
+    } else {
+        let name = SockAddr::from(to);
+        // SAFETY: as above; the name is `name` on this frame, with its true length.
+        unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                flags,
+                name.as_ptr().cast(),
+                name.len(),
+            )
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Send `pieces` (at most `MAX_BATCH`, with at most `MAX_IOVS` iovecs in all): one
 /// `sendmmsg` when `batching`, else one `sendmsg` per piece until one fails. Piece `p`'s
 /// `k`-th iovec is `slice(p, k)`. A piece to the connected `peer` is sent without an

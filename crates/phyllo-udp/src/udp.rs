@@ -930,6 +930,24 @@ impl UdpLink {
         done: &mut usize,
     ) -> io::Result<()> {
         let flags = self.send_flags();
+        if list.len() == *done + 1 {
+            // One datagram (a request-response exchange's usual case): `sendto` at once.
+            let (to, d) = list.get(*done);
+            self.stats.send_calls += 1;
+            return match sys::send_to(self.socket.as_fd(), d, to, self.peer, flags) {
+                Ok(()) => {
+                    self.stats.datagrams_sent += 1;
+                    *done += 1;
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+                Err(e) => {
+                    self.stats.send_errors += 1;
+                    *done += 1;
+                    Err(e)
+                }
+            };
+        }
         while *done < list.len() {
             self.gather_outgoing(list, *done);
             self.stats.send_calls += 1;
