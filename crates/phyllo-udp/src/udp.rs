@@ -1656,6 +1656,30 @@ mod tests {
     }
 
     #[test]
+    fn one_datagram_goes_alone_counted_refused_or_not() {
+        // The single-datagram path: a refusal is counted and skipped, a datagram to the
+        // connected peer and one to another address both arrive, and each is counted.
+        let (mut a, mut b) = UdpLink::loopback_pair().unwrap();
+        let mut c = UdpLink::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        let mut done = 0;
+        let too_long = vec![(b.local_addr(), vec![1; MAX_UDP_PAYLOAD + 1])];
+        assert!(a.send_outgoing(&too_long, &mut done).is_err());
+        assert_eq!((done, a.stats().send_errors), (1, 1));
+        for (to, link) in [(b.local_addr(), &mut b), (c.local_addr(), &mut c)] {
+            let mut done = 0;
+            a.send_outgoing(&vec![(to, b"alone".to_vec())], &mut done)
+                .unwrap();
+            assert_eq!(done, 1);
+            let mut batch = RecvBatch::new(4, 2048);
+            link.recv_timeout(&mut batch, Some(Duration::from_secs(5)))
+                .unwrap();
+            assert_eq!(batch.get(0), Some(&b"alone"[..]));
+        }
+        assert_eq!(a.stats().datagrams_sent, 2);
+        assert_eq!(a.stats().send_calls, 3);
+    }
+
+    #[test]
     fn segmented_sends_and_coalesced_receives_preserve_datagrams() {
         offload_roundtrip(true, true, true);
     }
