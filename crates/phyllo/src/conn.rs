@@ -300,6 +300,9 @@ pub struct Connection<S: LayerSet = DynStack> {
     core: Core<S>,
     pa: Option<Box<Accelerator>>,
     max_message: usize,
+    /// Whether a layer numbers what it takes ([`numbers_messages`](Self::numbers_messages)):
+    /// the stack's, known once it is built (asking the layers walks them).
+    numbers: bool,
 }
 
 /// A point in a connection's sending ([`Connection::delivery_mark`]).
@@ -377,10 +380,12 @@ impl<S: LayerSet> Connection<S> {
                 Layout::per_layer_aligned(reg.specs(), n, 4)
             }
         })?;
+        let numbers = core.layers().acked_prefix().is_some();
         let mut c = Connection {
             core,
             pa: None,
             max_message: cfg.max_message,
+            numbers,
         };
         if let Some(f) = fields {
             let acfg = AccelConfig {
@@ -476,7 +481,7 @@ impl<S: LayerSet> Connection<S> {
     /// [`delivery_mark`](Self::delivery_mark) confirms messages while others are in flight, as
     /// soon as the accelerator's deferred work has run.
     pub fn numbers_messages(&self) -> bool {
-        self.core.layers().acked_prefix().is_some()
+        self.numbers
     }
 
     /// Whether the peer acknowledged everything sent before `mark` (a mark of this

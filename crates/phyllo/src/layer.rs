@@ -700,6 +700,8 @@ pub trait Layer: Send {
     /// application sent from it while more is in flight ([`crate::Connection::delivery_mark`]),
     /// instead of waiting for a moment when nothing is; the messages must be acknowledged in
     /// the order they were taken. `None` (the default): the layer does not number them.
+    /// Whether it is `None` must not change once the layer is initialised: a connection asks
+    /// that once ([`crate::Connection::numbers_messages`]).
     fn acked_prefix(&self) -> Option<AckedPrefix> {
         None
     }
