@@ -168,32 +168,22 @@ pub(super) fn send_to(
     peer: Option<SocketAddr>,
     flags: libc::c_int,
 ) -> io::Result<()> {
-    let r = if Some(to) == peer {
-        // SAFETY: `fd` is an open socket borrowed for the call; the kernel reads
-        // `data.len()` bytes from `data`, borrowed for the call; no name (null, length 0).
-        unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                data.as_ptr().cast(),
-                data.len(),
-                flags,
-                std::ptr::null(),
-                0,
-            )
-        }
-    } else {
-        let name = SockAddr::from(to);
-        // SAFETY: as above; the name is `name` on this frame, with its true length.
-        unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                data.as_ptr().cast(),
-                data.len(),
-                flags,
-                name.as_ptr().cast(),
-                name.len(),
-            )
-        }
+    let name = (Some(to) != peer).then(|| SockAddr::from(to));
+    let (name_ptr, name_len) = name
+        .as_ref()
+        .map_or((std::ptr::null(), 0), |a| (a.as_ptr().cast(), a.len()));
+    // SAFETY: `fd` is an open socket borrowed for the call; the kernel reads `data.len()`
+    // bytes from `data`, borrowed for the call, and the name: none (null, length 0), or
+    // `name` on this frame with its true length.
+    let r = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            flags,
+            name_ptr,
+            name_len,
+        )
     };
     if r < 0 {
         Err(io::Error::last_os_error())

@@ -147,7 +147,7 @@ impl Accelerator {
         // This keeps the delivery's post-phase off the round trip's critical path.
         if self.must_wait(core) {
             if self.divertable(core) {
-                self.send_diverted(core, now, m, false, 1);
+                self.send_layered(core, now, m, false, 1, true, Miss::Diverted);
             } else {
                 self.backlog.push(m, core.pool());
             }
@@ -164,7 +164,7 @@ impl Accelerator {
         if self.must_wait(core) {
             if self.divertable(core) {
                 let m = core.pool().alloc_copy(data);
-                self.send_diverted(core, now, m, false, 1);
+                self.send_layered(core, now, m, false, 1, true, Miss::Diverted);
             } else {
                 self.backlog.push_bytes(data, core.pool());
             }
@@ -186,21 +186,6 @@ impl Accelerator {
     #[cold]
     fn divertable<S: LayerSet>(&self, core: &Core<S>) -> bool {
         !self.pending.send && self.backlog.is_empty() && core.send_diverted_only()
-    }
-
-    /// Send a body on the layered path because a layer diverted it
-    /// ([`Miss::Diverted`]), the predicted header in front as for any miss.
-    #[cold]
-    #[inline(never)]
-    fn send_diverted<S: LayerSet>(
-        &mut self,
-        core: &mut Core<S>,
-        now: Time,
-        body: Msg,
-        packed: bool,
-        msgs: u64,
-    ) {
-        self.send_layered(core, now, body, packed, msgs, true, Miss::Diverted);
     }
 
     /// Send one body on the fast path if it can, else layered: the predicted header goes in
@@ -245,38 +230,21 @@ impl Accelerator {
                 if let Some((layer, body)) = self.send_body(core, now, m, packed, msgs, true) {
                     self.distrust(true, layer);
                     // Counted as packed when the fast path had it.
-                    self.send_distrusted(core, now, body, packed, msgs, false);
+                    self.send_layered(core, now, body, packed, msgs, false, Miss::Distrusted);
                 }
             }
-            Sample::Distrusted => self.send_distrusted(core, now, m, packed, msgs, true),
+            Sample::Distrusted => {
+                self.send_layered(core, now, m, packed, msgs, true, Miss::Distrusted)
+            }
         }
-    }
-
-    /// Send `body` on the layered path because the send direction is distrusted.
-    fn send_distrusted<S: LayerSet>(
-        &mut self,
-        core: &mut Core<S>,
-        now: Time,
-        body: Msg,
-        packed: bool,
-        msgs: u64,
-        count_packing: bool,
-    ) {
-        self.send_layered(
-            core,
-            now,
-            body,
-            packed,
-            msgs,
-            count_packing,
-            Miss::Distrusted,
-        );
     }
 
     /// Send `body` on the layered path for `why`, the predicted header in front (the layered
     /// pre-sends write their fields over it), packed if `packed` (and counted as packed if
     /// `count_packing`).
     #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
     fn send_layered<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
@@ -661,7 +629,7 @@ impl Accelerator {
                 return;
             };
             if diverted {
-                self.send_diverted(core, now, w.body, w.packed, w.msgs);
+                self.send_layered(core, now, w.body, w.packed, w.msgs, true, Miss::Diverted);
             } else {
                 self.send_one(core, now, w.body, w.packed, w.msgs);
             }
