@@ -160,7 +160,7 @@ fn set_option(
 
 /// One datagram with `sendto`, to `to` (no address when the socket is connected to it):
 /// what a busy-polled round trip sends each way, without the message headers, iovecs and
-/// batch arrays of [`send_pieces`].
+/// batch arrays of [`send_batch`].
 pub(super) fn send_to(
     fd: BorrowedFd<'_>,
     data: &[u8],
@@ -199,11 +199,33 @@ pub(super) fn send_to(
 /// concatenates its iovecs and cuts the whole into segments). Returns how many pieces
 /// the kernel took.
 ///
+/// One datagram in one piece, unsegmented (what a busy-polled round trip sends each way),
+/// goes with [`send_to`] before any of the batch's arrays is set up: the kernel copies no
+/// message header in, and this side lays out no iovecs or headers.
+#[inline]
+pub(super) fn send_pieces<'a>(
+    fd: BorrowedFd<'_>,
+    pieces: &[Piece],
+    slice: impl Fn(&Piece, usize) -> &'a [u8],
+    peer: Option<SocketAddr>,
+    flags: libc::c_int,
+    batching: bool,
+) -> io::Result<usize> {
+    match pieces {
+        [p] if p.iovs == 1 && p.segment == 0 => {
+            send_to(fd, slice(p, 0), p.to, peer, flags).map(|()| 1)
+        }
+        _ => send_batch(fd, pieces, slice, peer, flags, batching),
+    }
+}
+
+/// [`send_pieces`] of anything but one plain datagram.
+///
 /// Out of line: its arrays take about 20 KiB of stack, and inlined into a caller that often
 /// has nothing to send (a driver's flush) they would cost that caller a probe of every page
 /// on every call.
 #[inline(never)]
-pub(super) fn send_pieces<'a>(
+fn send_batch<'a>(
     fd: BorrowedFd<'_>,
     pieces: &[Piece],
     slice: impl Fn(&Piece, usize) -> &'a [u8],
@@ -263,29 +285,6 @@ pub(super) fn send_pieces<'a>(
     }
     if n == 0 {
         return Ok(0);
-    }
-    // One datagram in one piece, unsegmented, goes with `sendto`: the kernel copies no message
-    // header in (a busy-polled round trip sends one datagram each way).
-    if n == 1 && pieces[0].iovs == 1 && pieces[0].segment == 0 {
-        // SAFETY: header 0 was initialised above; its one iovec points at data borrowed for
-        // `'a`, and its name (null, or `names[0]` on this frame) has the length beside it.
-        let r = unsafe {
-            let h = &msgs[0].assume_init_ref().msg_hdr;
-            let iov = &*h.msg_iov;
-            libc::sendto(
-                fd.as_raw_fd(),
-                iov.iov_base,
-                iov.iov_len,
-                flags,
-                h.msg_name.cast(),
-                h.msg_namelen,
-            )
-        };
-        return if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(1)
-        };
     }
     // One message goes with `sendmsg`: the same as a `sendmmsg` of one, for less kernel work.
     if !batching || n == 1 {

@@ -931,7 +931,9 @@ impl UdpLink {
     ) -> io::Result<()> {
         let flags = self.send_flags();
         if list.len() == *done + 1 {
-            // One datagram (a request-response exchange's usual case): `sendto` at once.
+            // One datagram (a request-response exchange's usual case): straight to the
+            // `sendto` that `send_pieces` would come to, without gathering pieces for it
+            // (callgrind: about 200 instructions a datagram).
             let (to, d) = list.get(*done);
             self.stats.send_calls += 1;
             return match sys::send_to(self.socket.as_fd(), d, to, self.peer, flags) {
