@@ -5,7 +5,7 @@
 //! the connection, runs due timers and flushes what the connection wants to send (in
 //! `sendmmsg` batches). Time is `Instant` since the driver started, as [`Time`].
 
-use crate::waiting::{Took, WaitingBuffer};
+use crate::waiting::{unrefused, Took, WaitingBuffer};
 use phyllo::conn::Connection;
 use phyllo::msg::Msg;
 use phyllo::stack::{DynStack, LayerSet};
@@ -140,11 +140,7 @@ impl<S: LayerSet> UdpDriver<S> {
     /// timers and flush.
     fn poll_batch(&mut self) -> io::Result<usize> {
         self.link.set_batching(true);
-        let n = match self.link.try_recv(&mut self.rx) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
-            Err(e) => return Err(e),
-        };
+        let n = unrefused(self.link.try_recv(&mut self.rx))?;
         self.absorb_and_tick(n)?;
         Ok(n)
     }
@@ -317,14 +313,10 @@ impl<S: LayerSet> UdpDriver<S> {
                 wait = wait.min(t.since(self.now()));
             }
             self.link.set_batching(true);
-            let n = match self.link.recv_timeout(
+            let n = unrefused(self.link.recv_timeout(
                 &mut self.rx,
                 Some(wait.max(std::time::Duration::from_micros(1))),
-            ) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
-                Err(e) => return Err(e),
-            };
+            ))?;
             self.absorb_and_tick(n)?;
         }
     }

@@ -1,7 +1,7 @@
 //! [`SessionSocket`]: a session endpoint on a UDP socket.
 
 use crate::error::NetError;
-use crate::waiting::{Took, WaitingBuffer};
+use crate::waiting::{unrefused, Took, WaitingBuffer};
 use phyllo::endpoint::{Input, PeerId, SessionEndpoint};
 use phyllo::msg::HEADROOM;
 use phyllo::session::{PublicKey, StaticKey};
@@ -132,15 +132,10 @@ fn claim(addr: SocketAddr) -> Result<SocketAddr, NetError> {
         .local_addr())
 }
 
-/// A receive's count, a refusal read as nothing received. A connected socket
-/// ([`SessionSocket::connect_to`]) hears of its server's ICMP port unreachable (the server
-/// down, or restarting) on its next receive: a lost datagram, which the sessions' timers
-/// recover from, as they do on an unconnected socket, which never hears of it.
+/// A receive's count, a refusal read as nothing received ([`unrefused`]: a connected
+/// socket, [`SessionSocket::connect_to`], hears of its server's port unreachable).
 fn received(r: std::io::Result<usize>) -> Result<usize, NetError> {
-    match r {
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(0),
-        r => r.map_err(NetError::Receive),
-    }
+    unrefused(r).map_err(NetError::Receive)
 }
 
 /// Put `peer` on `list` unless it is there.

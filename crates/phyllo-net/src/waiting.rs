@@ -10,6 +10,17 @@ use phyllo_udp::udp::UdpLink;
 use std::io;
 use std::net::SocketAddr;
 
+/// A receive's result, a refusal read as nothing received (`T::default()`: 0, `None`). A
+/// connected socket hears of its peer's ICMP port unreachable (the peer down, or
+/// restarting) on its next receive: a lost datagram, which the protocol's timers recover
+/// from, as they do on an unconnected socket, which never hears of it.
+pub(crate) fn unrefused<T: Default>(r: io::Result<T>) -> io::Result<T> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(T::default()),
+        r => r,
+    }
+}
+
 /// What one receive into the waiting buffer found.
 pub(crate) enum Took {
     /// Nothing queued, or the connected peer's refusal (an ICMP port unreachable, heard on a
@@ -41,14 +52,13 @@ impl WaitingBuffer {
         let mut m = self.0.take().unwrap_or_else(alloc);
         let tail = m.tail_room(room);
         let offered = tail.len();
-        let took = match link.try_recv_from_into(tail) {
+        let took = match unrefused(link.try_recv_from_into(tail)) {
             Ok(Some((len, from))) if len <= offered => {
                 m.commit_tail(len);
                 return Ok(Took::Datagram(m, from));
             }
             Ok(Some(_)) => Ok(Took::CutShort),
             Ok(None) => Ok(Took::Nothing),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Took::Nothing),
             Err(e) => Err(e),
         };
         self.0 = Some(m);
