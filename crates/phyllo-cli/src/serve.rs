@@ -104,12 +104,9 @@ struct Peer {
     refused: bool,
     /// Answers that did not fit the session yet.
     replies: VecDeque<Vec<u8>>,
-    /// The buffer of the last answer sent, for the next echo (a ping's answer allocates
-    /// nothing).
-    spare: Vec<u8>,
 }
 
-/// The largest answer buffer a peer keeps for the next ([`Peer::spare`]).
+/// The largest answer buffer the server keeps for the next echo ([`App::spare`]).
 const SPARE_MAX: usize = 64 << 10;
 
 /// The server's application: echo pings, receive transfers ([`crate::incoming`]).
@@ -122,6 +119,9 @@ struct App<'a> {
     ended_transfers: &'a AtomicU64,
     /// The peers with deliveries this round (kept to keep its allocation).
     readable: Vec<PeerId>,
+    /// The buffer of the last answer sent, for the next echo: a ping's answer allocates
+    /// nothing. One for the server, not one per peer, so an idle peer keeps none.
+    spare: Vec<u8>,
 }
 
 impl App<'_> {
@@ -184,7 +184,7 @@ impl App<'_> {
                             Ok(()) => {
                                 if let Some(r) = st.replies.pop_front() {
                                     if r.capacity() <= SPARE_MAX {
-                                        st.spare = r;
+                                        self.spare = r;
                                     }
                                 }
                             }
@@ -202,9 +202,10 @@ impl App<'_> {
                 }
                 let store = &self.store;
                 let ended = self.ended_transfers;
+                let spare = &mut self.spare;
                 let got = node
                     .endpoint_mut()
-                    .poll_delivery_with(p, |m| answer(st, store, key, m, ended));
+                    .poll_delivery_with(p, |m| answer(st, spare, store, key, m, ended));
                 match got {
                     None => break,
                     // Into the session at the top of the loop, before the next delivery.
@@ -224,9 +225,11 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from the peer whose key is `key`; the answer, if any.
+/// Handle message `m` from the peer whose key is `key`; the answer, if any (an echo in
+/// `spare`'s buffer).
 fn answer(
     st: &mut Peer,
+    spare: &mut Vec<u8>,
     store: &Store,
     key: PublicKey,
     m: &[u8],
@@ -242,7 +245,7 @@ fn answer(
     };
     match Message::parse(m) {
         _ if m.first() == Some(&PING) => {
-            let mut echo = std::mem::take(&mut st.spare);
+            let mut echo = std::mem::take(spare);
             echo.clear();
             echo.extend_from_slice(m);
             Some(echo)
@@ -508,6 +511,7 @@ impl<'a> Shared<'a> {
             peers: FxHashMap::default(),
             ended_transfers: self.ended,
             readable: Vec::new(),
+            spare: Vec::new(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! [`WaitingBuffer`]: one datagram received straight into a pooled buffer that waits for it
 //! across a busy poll's turns — the latency case of both drivers, [`UdpDriver`] and
-//! [`SessionSocket`].
+//! [`SessionSocket`]; and [`unrefused`], how both read a receive's refusal.
 //!
 //! [`UdpDriver`]: crate::driver::UdpDriver
 //! [`SessionSocket`]: crate::SessionSocket
