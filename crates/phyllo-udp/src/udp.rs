@@ -222,10 +222,11 @@ const MIN_SCATTER: usize = 512;
 /// then a spill area of the batch's own. A receive offers at most twice as many slots as the
 /// last one brought messages (at least two): laying a slot out costs something per buffer,
 /// so a request-response exchange, one datagram a receive, lays out two slots rather than
-/// all of them, and a burst doubles the offer each receive back up to `slots`. A datagram that fits one buffer lands there whole;
-/// with GRO on ([`UdpLink::set_gro`]) the kernel writes a coalesced run across consecutive
-/// buffers, so when `size` is the run's segment size each of its datagrams lands in a buffer
-/// of its own. `size` follows what arrives: the segment size of the last coalesced run of
+/// all of them, and a burst doubles the offer each receive back up to `slots`.
+///
+/// A datagram that fits one buffer lands there whole; with GRO on ([`UdpLink::set_gro`]) the
+/// kernel writes a coalesced run across consecutive buffers, so when `size` is the run's
+/// segment size each of its datagrams lands in a buffer of its own. `size` follows what arrives: the segment size of the last coalesced run of
 /// datagrams of at least 512 bytes, or, without one, the longest datagram seen; `per_slot`
 /// grows to the longest run (at most [`MAX_SEGMENTS`]). A datagram that landed across buffers
 /// or shares one (a size the batch had not learnt yet, a run longer than its buffers, a run of
