@@ -183,12 +183,15 @@ impl Client {
                     // The client talks to the server alone: once the server has answered from
                     // the address dialled, the socket is connected to it (sends without a
                     // route lookup, receives without source addresses). A server answering
-                    // from another of its addresses leaves it unconnected.
+                    // from another of its addresses leaves it unconnected, as does a failure
+                    // to connect: connecting only saves work, so it never ends the run.
                     let ep = self.node.endpoint();
                     if self.node.socket().peer_addr().is_none()
                         && ep.peer_addr(self.peer) == Some(self.server)
                     {
-                        self.node.connect_to(self.server)?;
+                        if let Err(e) = self.node.connect_to(self.server) {
+                            tracing::debug!("socket left unconnected: {e}");
+                        }
                     }
                 }
                 Event::Ended {
