@@ -374,6 +374,12 @@ impl SessionSocket {
     /// recovers from, not an error: this does not fail today, and returns a `Result` so that
     /// it may.
     pub fn flush(&mut self) -> Result<(), NetError> {
+        // The only datagram waiting goes from its session's buffer, not a copy of it.
+        let link = &mut self.link;
+        self.ep.transmit_single(|to, d| {
+            // As below: a full socket buffer is waited out; a refusal is a counted loss.
+            while let Ok(false) = link.send_one(d, to) {}
+        });
         loop {
             while self.tx_bytes < TX_QUEUE_BYTES {
                 let Some((to, m)) = self.ep.poll_transmit_msg() else {

@@ -930,27 +930,18 @@ impl UdpLink {
         list: &(impl Outgoing + ?Sized),
         done: &mut usize,
     ) -> io::Result<()> {
-        let flags = self.send_flags();
         if list.len() == *done + 1 {
             // One datagram (a request-response exchange's usual case): straight to the
             // `sendto` that `send_pieces` would come to, without gathering pieces for it
             // (callgrind: about 200 instructions a datagram).
             let (to, d) = list.get(*done);
-            self.stats.send_calls += 1;
-            return match sys::send_to(self.socket.as_fd(), d, to, self.peer, flags) {
-                Ok(()) => {
-                    self.stats.datagrams_sent += 1;
-                    *done += 1;
-                    Ok(())
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-                Err(e) => {
-                    self.stats.send_errors += 1;
-                    *done += 1;
-                    Err(e)
-                }
-            };
+            let sent = self.send_one(d, to);
+            if !matches!(sent, Ok(false)) {
+                *done += 1;
+            }
+            return sent.map(|_| ());
         }
+        let flags = self.send_flags();
         while *done < list.len() {
             self.gather_outgoing(list, *done);
             self.stats.send_calls += 1;
@@ -983,6 +974,25 @@ impl UdpLink {
             }
         }
         Ok(())
+    }
+
+    /// Send the datagram `d` to `to` with one `sendto`: `Ok(true)` once it went, `Ok(false)`
+    /// when the socket buffer is full (non-blocking mode; call again). A datagram the kernel
+    /// refuses is counted in [`LinkStats::send_errors`] and its error returned: it is done
+    /// with, not to be sent again.
+    pub fn send_one(&mut self, d: &[u8], to: SocketAddr) -> io::Result<bool> {
+        self.stats.send_calls += 1;
+        match sys::send_to(self.socket.as_fd(), d, to, self.peer, self.send_flags()) {
+            Ok(()) => {
+                self.stats.datagrams_sent += 1;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => {
+                self.stats.send_errors += 1;
+                Err(e)
+            }
+        }
     }
 
     /// The messages of the next `sendmmsg` of `list` from datagram `from` on, into

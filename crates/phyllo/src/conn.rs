@@ -642,6 +642,17 @@ impl<S: LayerSet> Connection<S> {
         max: usize,
         send: impl FnOnce(&[Msg]) -> Result<usize, E>,
     ) -> Result<usize, E> {
+        self.transmit_framed(max, |d| send(d))
+    }
+
+    /// [`transmit_with`](Self::transmit_with), lending the datagrams for the link to put its
+    /// own framing in front of them (the endpoint's session header) before they leave. A
+    /// datagram `send` does not take must be left as it was lent.
+    pub(crate) fn transmit_framed<E>(
+        &mut self,
+        max: usize,
+        send: impl FnOnce(&mut [Msg]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
         match self.pa.as_deref_mut() {
             Some(pa) => self.core.transmit_with(max, send, pa),
             None => self.core.transmit_with(max, send, &mut Bare),

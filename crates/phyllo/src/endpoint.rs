@@ -1736,6 +1736,45 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.next_data()
     }
 
+    /// Put the next data datagram on the link from its session's own buffer, when it is the
+    /// only datagram waiting (a request-response exchange's usual case): `send` gets where
+    /// it goes and its bytes, session header in front, and is done with them when it
+    /// returns. The buffer stays with the session, so the retransmission copy an accelerated
+    /// send deferred is that buffer, not a copy of it (seed 004 §3.1). Whether it sent one;
+    /// when it did not, [`poll_transmit_msg`](Self::poll_transmit_msg) hands out what
+    /// waits, by value, for a batched send.
+    pub fn transmit_single(&mut self, send: impl FnOnce(SocketAddr, &[u8])) -> bool {
+        if !self.control.is_empty() || self.tx_ready.len() != 1 {
+            return false;
+        }
+        let p = self.tx_ready[0];
+        let peer = &mut self.peers[p.0 as usize];
+        let Some(to) = peer.addr else {
+            return false;
+        };
+        if peer
+            .sessions()
+            .map(|s| s.conn.transmit_ready())
+            .sum::<usize>()
+            != 1
+        {
+            return false;
+        }
+        let Some(s) = peer.sessions_mut().find(|s| s.conn.transmit_ready() == 1) else {
+            return false;
+        };
+        let mut h = [DATA; DATA_HEADER];
+        h[1..].copy_from_slice(&s.remote.to_le_bytes());
+        let lent = s.conn.transmit_framed(1, |d| {
+            d[0].prepend_array(&h);
+            send(to, d[0].data());
+            Ok::<_, std::convert::Infallible>(1)
+        });
+        peer.tx_flagged = false;
+        self.tx_ready.pop_front();
+        lent == Ok(1)
+    }
+
     /// The next data datagram of a session with something to send, its header prepended in
     /// place: where it goes, and its buffer. The session's connection gets an idle buffer of
     /// the endpoint's in exchange (when there is one), so its pool does not run dry while its

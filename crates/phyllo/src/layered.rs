@@ -648,18 +648,19 @@ impl<S: LayerSet> Core<S> {
 
     /// Lend the link up to `max` queued datagrams (see
     /// [`Connection::transmit_with`](crate::Connection::transmit_with)); the taken ones go to
-    /// the edge.
+    /// the edge. The link may put bytes in front of a datagram it takes (its own framing):
+    /// the edge takes what it keeps from the back.
     pub(crate) fn transmit_with<E>(
         &mut self,
         max: usize,
-        send: impl FnOnce(&[Msg]) -> Result<usize, E>,
+        send: impl FnOnce(&mut [Msg]) -> Result<usize, E>,
         edge: &mut impl Edge,
     ) -> Result<usize, E> {
         // Contiguous, so a wrapped ring does not split a batch in two calls (the datagrams
         // are moved within the ring at most once per wrap).
-        let queued = &*self.out.make_contiguous();
+        let queued = self.out.make_contiguous();
         let n = queued.len().min(max);
-        let taken = send(&queued[..n])?.min(n);
+        let taken = send(&mut queued[..n])?.min(n);
         for _ in 0..taken {
             if let Some(m) = self.out.pop_front() {
                 edge.release(m, &mut self.pool);

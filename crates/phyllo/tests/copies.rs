@@ -633,3 +633,69 @@ fn a_lost_small_sealed_message_is_retransmitted_intact_from_the_copy_taken_back(
     let got = b.poll_delivery_with(|d| d.to_vec());
     assert_eq!(got, Some(vec![0xab; 8]));
 }
+
+/// The only datagram waiting leaves from its session's own buffer
+/// ([`SessionEndpoint::transmit_single`]): on the accelerated path the retransmission copy is
+/// that buffer taken back (nothing is copied on the way to the socket, where
+/// [`SessionEndpoint::poll_transmit_msg`] copies the body for it), and a lost message comes
+/// back intact from it, decrypted again.
+#[test]
+fn a_single_datagram_is_lent_from_its_session_and_a_loss_comes_back_intact() {
+    for accel in [false, true] {
+        let mut t = Two::new(DEFAULT_STACK, accel);
+        t.settle();
+        let p = t.to_server;
+        // By value, for comparison: the accelerator copies the sealed body for its copy.
+        let m = written(&mut t.client, 8, 1);
+        t.client.send_msg(t.now, p, m).unwrap();
+        let (by_value, d) = copies(|| t.client.poll_transmit_msg());
+        let (_, d) = d.expect("a datagram");
+        t.receive(false, vec![d]);
+        t.settle();
+        // Lent, and lost.
+        let m = written(&mut t.client, 8, 2);
+        let want = m.data().to_vec();
+        t.client.send_msg(t.now, p, m).unwrap();
+        let mut lost = Vec::new();
+        let (lent, took) = copies(|| {
+            t.client
+                .transmit_single(|to, d| lost.push((to, d.to_vec())))
+        });
+        assert!(took, "accel {accel}: the one datagram was lent");
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].0, addr(1), "accel {accel}: to the server");
+        assert!(
+            t.client.poll_transmit_msg().is_none(),
+            "accel {accel}: nothing else waits"
+        );
+        eprintln!("accel {accel}: copied {by_value} B by value, {lent} B lent");
+        if accel {
+            assert!(by_value > 0, "the copy taken by value");
+            assert_eq!(lent, 0, "lent: the datagram's buffer is the copy");
+        }
+        // The retransmission, from the copy.
+        let mut resent = Vec::new();
+        for _ in 0..50 {
+            let Some(at) = t.client.poll_timeout() else {
+                break;
+            };
+            t.now = t.now.max(at);
+            let now = t.now;
+            t.client.handle_timeout(now);
+            while let Some((_, d)) = t.client.poll_transmit_msg() {
+                resent.push(d);
+            }
+            if !resent.is_empty() {
+                break;
+            }
+        }
+        assert!(
+            !resent.is_empty(),
+            "accel {accel}: nothing was retransmitted"
+        );
+        let bufs = t.wire(false, resent);
+        t.handle(false, bufs);
+        let got = t.server.poll_delivery_with(t.to_client, <[u8]>::to_vec);
+        assert_eq!(got, Some(want), "accel {accel}: the lost message, intact");
+    }
+}

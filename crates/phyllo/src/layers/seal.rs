@@ -47,7 +47,7 @@
 
 use super::gcm::{Ahead, Gcm};
 use crate::field::{FieldClass, FieldHandle};
-use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Predict, Role, Verdict};
+use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
@@ -280,7 +280,9 @@ impl Layer for Seal {
         TAG_LEN
     }
 
-    /// Yes: its nonce is predicted; its pre-phases (encryption) run on the fast path anyway.
+    /// Yes: its pre-phases (encryption, decryption) run on the fast path, as a body
+    /// transform's must, and they write and check its one field (the nonce), so there is
+    /// nothing to predict.
     fn predicts(&self) -> bool {
         true
     }
@@ -396,18 +398,6 @@ impl Layer for Seal {
 
     fn needs_keys(&self) -> bool {
         true
-    }
-
-    fn predict_send(&self, p: &mut Predict<'_>) {
-        if let Some(h) = self.nonce {
-            p.set(h, self.tx_counter);
-        }
-    }
-
-    fn predict_deliver(&self, p: &mut Predict<'_>) {
-        if let Some(h) = self.nonce {
-            p.set(h, self.rx_highest.map_or(0, |x| x + 1));
-        }
     }
 
     /// An idle session gives back the AES-GCM work-ahead state (about 2 KiB for both

@@ -7,8 +7,9 @@
 //! events and deliveries are collected for the test to read, through the endpoint's documented
 //! calls only (`poll_transmit`, `handle_datagram`, `poll_timeout`/`handle_timeout`,
 //! `poll_delivery_with`, `poll_event`). Nodes at odd indices move their datagrams with the
-//! zero-copy calls instead (`poll_transmit_msg` and `recycle`; `alloc` and `handle_msg`, the
-//! datagram written into the buffer as a receive would), so every test runs both.
+//! zero-copy calls instead (`transmit_single`, else `poll_transmit_msg` and `recycle`;
+//! `alloc` and `handle_msg`, the datagram written into the buffer as a receive would), so
+//! every test runs both.
 
 use crate::endpoint::{Event, PeerId, SessionEndpoint};
 use crate::stack::{DynStack, LayerSet};
@@ -144,6 +145,14 @@ impl<S: LayerSet> SessionNet<S> {
         let ep = &mut self.nodes[i].ep;
         if i.is_multiple_of(2) {
             return ep.poll_transmit(buf);
+        }
+        let mut lent = None;
+        if ep.transmit_single(|to, d| {
+            buf.clear();
+            buf.extend_from_slice(d);
+            lent = Some(to);
+        }) {
+            return lent;
         }
         let (to, m) = ep.poll_transmit_msg()?;
         buf.clear();
