@@ -1736,6 +1736,13 @@ impl<S: LayerSet> SessionEndpoint<S> {
         self.next_data()
     }
 
+    /// Whether [`poll_transmit_msg`](Self::poll_transmit_msg) (or `poll_transmit`) may have a
+    /// datagram: `false` means it has none, at the cost of two loads.
+    #[inline]
+    pub fn transmit_waiting(&self) -> bool {
+        !self.control.is_empty() || !self.tx_ready.is_empty()
+    }
+
     /// Put the next data datagram on the link from its session's own buffer, when it is the
     /// only datagram waiting (a request-response exchange's usual case): `send` gets where
     /// it goes and its bytes, session header in front, and is done with them when it
