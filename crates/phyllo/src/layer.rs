@@ -783,22 +783,22 @@ pub trait Layer: Send {
         false
     }
 
-    /// Whether [`undo_send`](Self::undo_send) can take back this layer's body transform on
-    /// the next message it sends, whose body is `body_len` bytes when it reaches this layer.
-    /// Then a layer above that wants a retransmission copy ([`wants_copy`](Self::wants_copy))
-    /// gets the sent datagram with the transform undone, in deferred post-processing, instead
-    /// of a copy taken before the transform on the fast path's critical path (seed 004 §3.1's
-    /// deferred copy). Asked by the fast path just before the pre-send; `false` by default.
-    fn can_undo_send(&self, body_len: usize) -> bool {
-        let _ = body_len;
-        false
+    /// The longest body (as it reaches this layer) whose body transform
+    /// [`undo_send`](Self::undo_send) can take back, if it can take back any. For a message
+    /// that short, a layer above that wants a retransmission copy
+    /// ([`wants_copy`](Self::wants_copy)) gets the sent datagram with the transform undone, in
+    /// deferred post-processing, instead of a copy taken before the transform on the fast
+    /// path's critical path (seed 004 §3.1's deferred copy). Asked once, when the accelerator
+    /// is built (after [`init`](Self::init)); `None` by default.
+    fn undo_limit(&self) -> Option<usize> {
+        None
     }
 
     /// Take back this layer's pre-send body transform on a message it sent: `pkt` is the
     /// message as it left this layer (header area, transformed body and any trailer), before
     /// this layer's post-send; afterwards its body is what this layer's pre-send received.
-    /// Called only after [`can_undo_send`](Self::can_undo_send) said yes for the message, and
-    /// it must then succeed: the layer above keeps what this leaves as its only copy.
+    /// Called only for a body within [`undo_limit`](Self::undo_limit), and it must then
+    /// succeed: the layer above keeps what this leaves as its only copy.
     fn undo_send(&self, pkt: &mut Packet<'_>) {
         let _ = pkt;
     }
@@ -892,8 +892,8 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     fn transforms_body(&self) -> bool {
         (**self).transforms_body()
     }
-    fn can_undo_send(&self, body_len: usize) -> bool {
-        (**self).can_undo_send(body_len)
+    fn undo_limit(&self) -> Option<usize> {
+        (**self).undo_limit()
     }
     fn undo_send(&self, pkt: &mut Packet<'_>) {
         (**self).undo_send(pkt)

@@ -77,8 +77,8 @@ pub trait LayerSet {
     fn transforms_body_at(&self, i: usize) -> bool;
     /// [`Layer::wants_copy`] of layer `i`.
     fn wants_copy_at(&self, i: usize) -> bool;
-    /// [`Layer::can_undo_send`] of layer `i`.
-    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool;
+    /// [`Layer::undo_limit`] of layer `i`.
+    fn undo_limit_at(&self, i: usize) -> Option<usize>;
     /// [`Layer::undo_send`] of layer `i`.
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>);
     /// [`Layer::needs_keys`] of layer `i`.
@@ -303,8 +303,8 @@ impl LayerSet for DynStack {
     fn wants_copy_at(&self, i: usize) -> bool {
         self[i].wants_copy()
     }
-    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool {
-        self[i].can_undo_send(body_len)
+    fn undo_limit_at(&self, i: usize) -> Option<usize> {
+        self[i].undo_limit()
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
         self[i].undo_send(pkt)
@@ -368,8 +368,8 @@ impl LayerSet for () {
     fn wants_copy_at(&self, _: usize) -> bool {
         false
     }
-    fn can_undo_send_at(&self, _: usize, _: usize) -> bool {
-        false
+    fn undo_limit_at(&self, _: usize) -> Option<usize> {
+        None
     }
     fn undo_send_at(&self, _: usize, _: &mut Packet<'_>) {}
     fn needs_keys_at(&self, _: usize) -> bool {
@@ -553,11 +553,11 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.1.wants_copy_at(i - 1)
         }
     }
-    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool {
+    fn undo_limit_at(&self, i: usize) -> Option<usize> {
         if i == 0 {
-            self.0.can_undo_send(body_len)
+            self.0.undo_limit()
         } else {
-            self.1.can_undo_send_at(i - 1, body_len)
+            self.1.undo_limit_at(i - 1)
         }
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {

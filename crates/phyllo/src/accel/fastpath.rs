@@ -75,6 +75,11 @@ pub(crate) struct Shape {
     /// With `true`, there are such transforms, and they are undone on the copy
     /// ([`Layer::undo_send`](crate::Layer::undo_send)) when they can undo the message.
     reclaim_layer: Option<(usize, bool)>,
+    /// The longest body (as it reaches the top transform) that every body transform can undo
+    /// ([`Layer::undo_limit`](crate::Layer::undo_limit)), if there is one. The transforms
+    /// sit at the bottom and only add trailers, so each sees the body plus the trailers of
+    /// those above it.
+    undo_body_max: Option<usize>,
 }
 
 impl Shape {
@@ -112,7 +117,17 @@ impl Shape {
             }
             _ => None,
         };
+        let mut above = 0;
+        let mut undo_body_max = Some(usize::MAX);
+        for &t in &transform {
+            undo_body_max = match (undo_body_max, layers.undo_limit_at(t)) {
+                (Some(m), Some(l)) => l.checked_sub(above).map(|l| l.min(m)),
+                _ => None,
+            };
+            above += layers.trailer_len_at(t);
+        }
         Shape {
+            undo_body_max,
             fast_deliver: transform.len() == bottom_transforms,
             plain_send: plain_send && fast_send,
             send_unpredicted,
@@ -344,7 +359,7 @@ impl Accelerator {
             Some((layer, false)) => {
                 self.send_reclaimed(core, now, m, (layer, false), verify.as_ref(), msgs)
             }
-            Some((layer, true)) if self.undoable(core, m.len() - hl) => {
+            Some((layer, true)) if self.undoable(m.len() - hl) => {
                 let all = self.shape.transform.len();
                 if self.transform_send(core, now, &mut m, 0..all) {
                     self.send_reclaimed(core, now, m, (layer, true), verify.as_ref(), msgs)
@@ -405,17 +420,9 @@ impl Accelerator {
 
     /// Whether every body transform can undo itself on a message whose body reaches the top
     /// one with `body_len` bytes (so its retransmission copy can be taken back from the link).
-    /// The transforms sit at the bottom and only add trailers, so each sees the body length
-    /// plus the trailers of those above it.
     #[inline(always)]
-    fn undoable<S: LayerSet>(&self, core: &Core<S>, body_len: usize) -> bool {
-        let layers = core.layers();
-        let mut len = body_len;
-        self.shape.transform.iter().all(|&t| {
-            let ok = layers.can_undo_send_at(t, len);
-            len += layers.trailer_len_at(t);
-            ok
-        })
+    fn undoable(&self, body_len: usize) -> bool {
+        self.shape.undo_body_max.is_some_and(|m| body_len <= m)
     }
 
     /// A copy of the body of `m` (header area in front), for a check.

@@ -434,8 +434,8 @@ impl<S: FixedSet> LayerSet for Fixed<S> {
     fn wants_copy_at(&self, i: usize) -> bool {
         self.layers.wants_copy_at(i)
     }
-    fn can_undo_send_at(&self, i: usize, body_len: usize) -> bool {
-        self.layers.can_undo_send_at(i, body_len)
+    fn undo_limit_at(&self, i: usize) -> Option<usize> {
+        self.layers.undo_limit_at(i)
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
         self.layers.undo_send_at(i, pkt)

@@ -124,10 +124,10 @@ impl Key {
         }
     }
 
-    /// Whether [`decrypt_own`](Self::decrypt_own) takes back a seal of `len` bytes cheaply:
-    /// AES-256-GCM (split) and a short body, whose keystream is computed ahead.
-    fn undoes(&self, len: usize) -> bool {
-        self.raw.is_some() && len <= SHORT
+    /// The longest seal [`decrypt_own`](Self::decrypt_own) takes back cheaply: AES-256-GCM
+    /// (split) and a short body, whose keystream is computed ahead.
+    fn undo_limit(&self) -> Option<usize> {
+        self.raw.is_some().then_some(SHORT)
     }
 
     /// Decrypt `data`, sealed by this key under `counter`, without a tag check (CTR mode is
@@ -372,8 +372,9 @@ impl Layer for Seal {
 
     /// Short bodies under AES-256-GCM: the keystream computed ahead takes the seal back with
     /// one XOR.
-    fn can_undo_send(&self, body_len: usize) -> bool {
-        self.nonce.is_some() && self.tx.as_ref().is_some_and(|k| k.undoes(body_len))
+    fn undo_limit(&self) -> Option<usize> {
+        self.nonce?;
+        self.tx.as_ref()?.undo_limit()
     }
 
     /// Drop the tag and decrypt the body with the keystream of the counter it was sealed
