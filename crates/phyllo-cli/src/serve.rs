@@ -106,9 +106,6 @@ struct Peer {
     replies: VecDeque<Vec<u8>>,
 }
 
-/// The largest answer buffer the server keeps for the next echo ([`App::spare`]).
-const SPARE_MAX: usize = 64 << 10;
-
 /// The server's application: echo pings, receive transfers ([`crate::incoming`]).
 struct App<'a> {
     args: &'a ServeArgs,
@@ -119,9 +116,6 @@ struct App<'a> {
     ended_transfers: &'a AtomicU64,
     /// The peers with deliveries this round (kept to keep its allocation).
     readable: Vec<PeerId>,
-    /// The buffer of the last answer sent, for the next echo: a ping's answer allocates
-    /// nothing. One for the server, not one per peer, so an idle peer keeps none.
-    spare: Vec<u8>,
 }
 
 impl App<'_> {
@@ -182,11 +176,7 @@ impl App<'_> {
                     while let Some(r) = st.replies.front() {
                         match node.endpoint_mut().send(now, p, r) {
                             Ok(()) => {
-                                if let Some(r) = st.replies.pop_front() {
-                                    if r.capacity() <= SPARE_MAX {
-                                        self.spare = r;
-                                    }
-                                }
+                                st.replies.pop_front();
                             }
                             Err(SessionSendError::WouldBlock) => break,
                             Err(e) => {
@@ -200,17 +190,28 @@ impl App<'_> {
                         break;
                     }
                 }
-                let store = &self.store;
-                let ended = self.ended_transfers;
-                let spare = &mut self.spare;
-                let got = node
-                    .endpoint_mut()
-                    .poll_delivery_with(p, |m| answer(st, spare, store, key, m, ended));
-                match got {
-                    None => break,
-                    // Into the session at the top of the loop, before the next delivery.
-                    Some(Some(reply)) => st.replies.push_back(reply),
-                    Some(None) => {}
+                let Some(m) = node.endpoint_mut().poll_delivery_msg(p) else {
+                    break;
+                };
+                if m.data().first() == Some(&PING) {
+                    // The echo is the delivered buffer, sent back as it is: no copy, no
+                    // allocation. No reply waits before it (see above).
+                    let now = node.now();
+                    if let Err(e) = node.endpoint_mut().send_msg(now, p, m) {
+                        if e.error == SessionSendError::WouldBlock {
+                            st.replies.push_back(e.msg.data().to_vec());
+                        } else {
+                            tracing::warn!(peer = %Fingerprint(key), "reply dropped: {}", e.error);
+                        }
+                        node.endpoint_mut().recycle(e.msg);
+                    }
+                    continue;
+                }
+                let reply = answer(st, &self.store, key, m.data(), self.ended_transfers);
+                node.endpoint_mut().recycle(m);
+                // Into the session at the top of the loop, before the next delivery.
+                if let Some(reply) = reply {
+                    st.replies.push_back(reply);
                 }
             }
         }
@@ -225,11 +226,10 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from the peer whose key is `key`; the answer, if any (an echo in
-/// `spare`'s buffer).
+/// Handle message `m` from the peer whose key is `key` (not a ping: the caller echoes those in
+/// their own buffers); the answer, if any.
 fn answer(
     st: &mut Peer,
-    spare: &mut Vec<u8>,
     store: &Store,
     key: PublicKey,
     m: &[u8],
@@ -244,12 +244,7 @@ fn answer(
         Some(Message::Fail { reason: &reason }.encode())
     };
     match Message::parse(m) {
-        _ if m.first() == Some(&PING) => {
-            let mut echo = std::mem::take(spare);
-            echo.clear();
-            echo.extend_from_slice(m);
-            Some(echo)
-        }
+        _ if m.first() == Some(&PING) => Some(m.to_vec()),
         Ok(Message::Offer(offer)) => {
             st.refused = false;
             match st.transfer.take() {
@@ -511,7 +506,6 @@ impl<'a> Shared<'a> {
             peers: FxHashMap::default(),
             ended_transfers: self.ended,
             readable: Vec::new(),
-            spare: Vec::new(),
         }
     }
 

@@ -1664,6 +1664,20 @@ impl<S: LayerSet> SessionEndpoint<S> {
         None
     }
 
+    /// The peer's next delivered message, taken in its buffer (the retiring session's come
+    /// first; a message packed with others gets a buffer of its own). Give the buffer back
+    /// with [`recycle`](Self::recycle), or send it on as it is with
+    /// [`send_msg`](Self::send_msg) (an echo, a forward): no copy either way.
+    pub fn poll_delivery_msg(&mut self, p: PeerId) -> Option<Msg> {
+        let peer = self.peers.get_mut(p.0 as usize)?;
+        if let Some(m) = peer.leftover.pop_front() {
+            return Some(m);
+        }
+        peer.sessions_mut()
+            .find(|s| s.conn.delivered_ready() > 0)
+            .and_then(|s| s.conn.poll_delivery())
+    }
+
     /// Whether everything sent to the peer was acknowledged and the peer's data to this end
     /// too (no acknowledgement owed): a good moment to go away.
     pub fn is_quiet(&self, p: PeerId) -> bool {

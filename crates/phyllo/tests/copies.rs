@@ -699,3 +699,44 @@ fn a_single_datagram_is_lent_from_its_session_and_a_loss_comes_back_intact() {
         assert_eq!(got, Some(want), "accel {accel}: the lost message, intact");
     }
 }
+
+/// An echo in the delivered buffer ([`SessionEndpoint::poll_delivery_msg`], then
+/// [`SessionEndpoint::send_msg`]): the echoing end copies each message once (its connection,
+/// into the datagram; the session keeps the delivered buffer, which a message this long is
+/// worth), and its buffers go round without new allocations.
+#[test]
+fn an_echo_sent_on_in_its_delivered_buffer_is_copied_once() {
+    let (n, len) = (50, 1000);
+    for accel in [false, true] {
+        let mut t = Two::new("seal", accel);
+        t.settle();
+        let (c, s) = (t.to_server, t.to_client);
+        let mut fresh_after_warm_up = 0;
+        for i in 0..n {
+            let m = written(&mut t.client, len, i);
+            let want = m.data().to_vec();
+            t.client.send_msg(t.now, c, m).unwrap();
+            let d = t.transmit(true);
+            t.receive(false, d);
+            let now = t.now;
+            let (taken, m) = copies(|| t.server.poll_delivery_msg(s).expect("delivered"));
+            assert_eq!(taken, 0, "accel {accel}: taken in its buffer");
+            assert_eq!(m.data(), &want[..]);
+            let (sent, ()) = copies(|| t.server.send_msg(now, s, m).unwrap());
+            assert_eq!(sent, len as u64, "accel {accel}: the connection's one copy");
+            let d = t.transmit(false);
+            t.receive(true, d);
+            let echo = t.client.poll_delivery_with(c, <[u8]>::to_vec);
+            assert_eq!(echo, Some(want), "accel {accel}: the echo, intact");
+            t.settle();
+            if i == 4 {
+                fresh_after_warm_up = t.server.pool().fresh;
+            }
+        }
+        assert_eq!(
+            t.server.pool().fresh,
+            fresh_after_warm_up,
+            "accel {accel}: the echoing end allocated no new buffers"
+        );
+    }
+}
