@@ -1673,9 +1673,14 @@ impl<S: LayerSet> SessionEndpoint<S> {
         if let Some(m) = peer.leftover.pop_front() {
             return Some(m);
         }
-        peer.sessions_mut()
-            .find(|s| s.conn.delivered_ready() > 0)
-            .and_then(|s| s.conn.poll_delivery())
+        let s = peer.sessions_mut().find(|s| s.conn.delivered_ready() > 0)?;
+        let m = s.conn.poll_delivery()?;
+        // The buffer leaves the connection's pool for good: one of the endpoint's takes its
+        // place, as for a datagram taken by value, so that pool does not run dry.
+        if let Some(spare) = self.pool.take() {
+            s.conn.recycle(spare);
+        }
+        Some(m)
     }
 
     /// Whether everything sent to the peer was acknowledged and the peer's data to this end

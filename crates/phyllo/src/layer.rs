@@ -777,8 +777,8 @@ pub trait Layer: Send {
 
     /// Whether the pre-phases transform the body (encryption): the accelerator's fast path
     /// then still runs them, since no filter can. They write and check this layer's fields
-    /// there too, so the accelerator neither asks this layer for predictions nor compares
-    /// its fields with any.
+    /// there too, so such a layer need not predict them: the delivery prediction's
+    /// comparison leaves them out.
     fn transforms_body(&self) -> bool {
         false
     }

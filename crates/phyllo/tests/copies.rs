@@ -711,7 +711,7 @@ fn an_echo_sent_on_in_its_delivered_buffer_is_copied_once() {
         let mut t = Two::new("seal", accel);
         t.settle();
         let (c, s) = (t.to_server, t.to_client);
-        let mut fresh_after_warm_up = 0;
+        let mut fresh_after_warm_up = (0, 0);
         for i in 0..n {
             let m = written(&mut t.client, len, i);
             let want = m.data().to_vec();
@@ -730,13 +730,13 @@ fn an_echo_sent_on_in_its_delivered_buffer_is_copied_once() {
             assert_eq!(echo, Some(want), "accel {accel}: the echo, intact");
             t.settle();
             if i == 4 {
-                fresh_after_warm_up = t.server.pool().fresh;
+                fresh_after_warm_up = fresh(&t.server, s);
             }
         }
         assert_eq!(
-            t.server.pool().fresh,
+            fresh(&t.server, s),
             fresh_after_warm_up,
-            "accel {accel}: the echoing end allocated no new buffers"
+            "accel {accel}: the echoing end (endpoint, connection) allocated no new buffers"
         );
     }
 }

@@ -8,9 +8,9 @@
 //! fields ([`Layer::predict_send`](crate::Layer::predict_send),
 //! [`Layer::predict_deliver`](crate::Layer::predict_deliver)); a layer that does not predict
 //! ([`Layer::predicts`](crate::Layer::predicts) is false) has its fields masked out of the
-//! comparison, and the fast path runs its pre-phases instead. A body transform (`seal`) is
-//! not asked either: the fast path runs its pre-phases on every message, which write and
-//! check its fields.
+//! comparison, and the fast path runs its pre-phases instead. A body transform's fields
+//! (`seal`'s nonce) are left out of the comparison too: the fast path runs its pre-phases on
+//! every message, which write and check them, so it predicts nothing.
 //!
 //! **The check against the layered path.** A layer that claims to predict but whose pre-send
 //! would write other values (or whose pre-delivery would refuse what the fast path accepts)
@@ -232,10 +232,6 @@ pub(crate) struct Predictions {
     proto_mask: [u8; MAX_HEADER],
     /// Which layers predict their header.
     predicts: Vec<bool>,
-    /// Which layers [`refresh`](Self::refresh) asks for their predictions: those that
-    /// predict, except body transforms, whose pre-phases run on every fast-path message and
-    /// write (sending) or check (delivering) their own fields there.
-    refreshed: Vec<bool>,
     /// The layer that declared each field (indexed by handle; the accelerator's own fields
     /// belong to none), to name a layer whose prediction is wrong.
     owner: Vec<usize>,
@@ -252,14 +248,17 @@ impl Predictions {
         layers: &S,
     ) -> Predictions {
         let predicts: Vec<bool> = (0..layers.count()).map(|i| layers.predicts_at(i)).collect();
-        let refreshed: Vec<bool> = (0..layers.count())
+        // The layers whose predicted fields a delivery compares: those that predict, except
+        // body transforms, whose pre-phases run on every fast-path message and write (sending)
+        // or check (delivering) their own fields there.
+        let compared: Vec<bool> = (0..layers.count())
             .map(|i| predicts[i] && !layers.transforms_body_at(i))
             .collect();
         let mut proto_mask = [0; MAX_HEADER];
         let hl = layout.header_len().min(MAX_HEADER);
         for (loc, spec) in layout.locs().iter().zip(specs) {
             // The accelerator's own fields (no layer's) are predicted.
-            let predicted = refreshed.get(spec.layer).copied().unwrap_or(true);
+            let predicted = compared.get(spec.layer).copied().unwrap_or(true);
             if spec.class == FieldClass::ProtoSpecific && predicted {
                 write_bits(&mut proto_mask[..hl], *loc, layout.order(), u64::MAX);
             }
@@ -280,7 +279,6 @@ impl Predictions {
             deliver: empty,
             proto_mask,
             predicts,
-            refreshed,
             owner: specs.iter().map(|s| s.layer).collect(),
             layer_mask,
         }
@@ -294,10 +292,10 @@ impl Predictions {
 
     /// Recompute both predictions from the layers' state, in place: the send prediction
     /// starts from the core's template (the accelerator's own fields), the delivery
-    /// prediction from zero (only its protocol-specific bits are compared). A body
-    /// transform's fields are left as they are: its pre-send writes them on the fast path,
-    /// and its pre-delivery checks them (a seal's nonce: reconstructed, checked against
-    /// replay, authenticated), as on the layered path.
+    /// prediction from zero (only its protocol-specific bits are compared). Every layer is
+    /// asked; a body transform writes nothing (`seal` does not predict its nonce: its
+    /// pre-send writes it on the fast path, and its pre-delivery checks it, as on the layered
+    /// path), and a layer that does not predict has its fields masked out.
     pub(crate) fn refresh<S: LayerSet>(&mut self, core: &Core<S>) {
         let layout = core.layout();
         // Whole header areas, copied and cleared with fixed-size moves; only the first
@@ -308,9 +306,6 @@ impl Predictions {
         *pd = [0; MAX_HEADER];
         let layers = core.layers();
         for i in 0..layers.count() {
-            if !self.refreshed[i] {
-                continue;
-            }
             layers.predict_send_at(
                 i,
                 &mut Predict {
