@@ -226,8 +226,8 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from the peer whose key is `key` (not a ping: the caller echoes those in
-/// their own buffers); the answer, if any.
+/// Handle message `m` from the peer whose key is `key`; the answer, if any (for a ping, a
+/// copy of it: the server's loop echoes pings in their own buffers instead).
 fn answer(
     st: &mut Peer,
     store: &Store,
