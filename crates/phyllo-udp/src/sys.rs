@@ -160,7 +160,7 @@ fn set_option(
 
 /// One datagram with `sendto`, to `to` (no address when the socket is connected to it):
 /// what a busy-polled round trip sends each way, without the message headers, iovecs and
-/// batch arrays of [`send_batch`].
+/// batch arrays of [`send_pieces`].
 pub(super) fn send_to(
     fd: BorrowedFd<'_>,
     data: &[u8],
@@ -197,35 +197,14 @@ pub(super) fn send_to(
 /// `k`-th iovec is `slice(p, k)`. A piece to the connected `peer` is sent without an
 /// address; a segmented piece carries a `UDP_SEGMENT` control message (the kernel
 /// concatenates its iovecs and cuts the whole into segments). Returns how many pieces
-/// the kernel took.
-///
-/// One datagram in one piece, unsegmented (what a busy-polled round trip sends each way),
-/// goes with [`send_to`] before any of the batch's arrays is set up: the kernel copies no
-/// message header in, and this side lays out no iovecs or headers.
-#[inline]
-pub(super) fn send_pieces<'a>(
-    fd: BorrowedFd<'_>,
-    pieces: &[Piece],
-    slice: impl Fn(&Piece, usize) -> &'a [u8],
-    peer: Option<SocketAddr>,
-    flags: libc::c_int,
-    batching: bool,
-) -> io::Result<usize> {
-    match pieces {
-        [p] if p.iovs == 1 && p.segment == 0 => {
-            send_to(fd, slice(p, 0), p.to, peer, flags).map(|()| 1)
-        }
-        _ => send_batch(fd, pieces, slice, peer, flags, batching),
-    }
-}
-
-/// [`send_pieces`] of anything but one plain datagram.
+/// the kernel took. (One datagram alone goes with [`send_to`], without these arrays:
+/// `UdpLink::send_one`.)
 ///
 /// Out of line: its arrays take about 20 KiB of stack, and inlined into a caller that often
 /// has nothing to send (a driver's flush) they would cost that caller a probe of every page
 /// on every call.
 #[inline(never)]
-fn send_batch<'a>(
+pub(super) fn send_pieces<'a>(
     fd: BorrowedFd<'_>,
     pieces: &[Piece],
     slice: impl Fn(&Piece, usize) -> &'a [u8],

@@ -931,9 +931,9 @@ impl UdpLink {
         done: &mut usize,
     ) -> io::Result<()> {
         if list.len() == *done + 1 {
-            // One datagram (a request-response exchange's usual case): straight to the
-            // `sendto` that `send_pieces` would come to, without gathering pieces for it
-            // (callgrind: about 200 instructions a datagram).
+            // One datagram (a request-response exchange's usual case): one `sendto`, without
+            // gathering pieces, iovecs and message headers for it (callgrind: about 200
+            // instructions a datagram).
             let (to, d) = list.get(*done);
             let sent = self.send_one(d, to);
             if !matches!(sent, Ok(false)) {
