@@ -967,6 +967,13 @@ impl<S: LayerSet> Session<S> {
             && (!dialer || self.datagrams() + held < rekey_after)
     }
 
+    /// The session header of its data datagrams: the type, and the peer's index for it.
+    fn data_header(&self) -> [u8; DATA_HEADER] {
+        let mut h = [DATA; DATA_HEADER];
+        h[1..].copy_from_slice(&self.remote.to_le_bytes());
+        h
+    }
+
     fn datagrams(&self) -> u64 {
         let s = self.conn.stats();
         s.datagrams_out + s.datagrams_in
@@ -1778,27 +1785,25 @@ impl<S: LayerSet> SessionEndpoint<S> {
         let Some(to) = peer.addr else {
             return false;
         };
-        if peer
-            .sessions()
-            .map(|s| s.conn.transmit_ready())
-            .sum::<usize>()
-            != 1
         {
-            return false;
+            let mut waiting = peer.sessions_mut().filter(|s| s.conn.transmit_ready() > 0);
+            let (Some(s), None) = (waiting.next(), waiting.next()) else {
+                return false;
+            };
+            if s.conn.transmit_ready() != 1 {
+                return false;
+            }
+            let h = s.data_header();
+            // The one datagram waiting is taken (the closure takes what it is lent).
+            let _ = s.conn.transmit_framed(1, |d| {
+                d[0].prepend_array(&h);
+                send(to, d[0].data());
+                Ok::<_, std::convert::Infallible>(1)
+            });
         }
-        let Some(s) = peer.sessions_mut().find(|s| s.conn.transmit_ready() == 1) else {
-            return false;
-        };
-        let mut h = [DATA; DATA_HEADER];
-        h[1..].copy_from_slice(&s.remote.to_le_bytes());
-        let lent = s.conn.transmit_framed(1, |d| {
-            d[0].prepend_array(&h);
-            send(to, d[0].data());
-            Ok::<_, std::convert::Infallible>(1)
-        });
         peer.tx_flagged = false;
         self.tx_ready.pop_front();
-        lent == Ok(1)
+        true
     }
 
     /// The next data datagram of a session with something to send, its header prepended in
@@ -1816,9 +1821,7 @@ impl<S: LayerSet> SessionEndpoint<S> {
                         s.conn.recycle(m);
                         continue;
                     };
-                    let mut h = [DATA; DATA_HEADER];
-                    h[1..].copy_from_slice(&s.remote.to_le_bytes());
-                    m.prepend_array(&h);
+                    m.prepend_array(&s.data_header());
                     if let Some(spare) = self.pool.take() {
                         s.conn.recycle(spare);
                     }
