@@ -226,8 +226,8 @@ impl App<'_> {
     }
 }
 
-/// Handle message `m` from the peer whose key is `key`; the answer, if any (for a ping, a
-/// copy of it: the server's loop echoes pings in their own buffers instead).
+/// Handle message `m` from the peer whose key is `key`; the answer, if any. Not a ping: the
+/// server's loop echoes those in their own buffers before it comes here.
 fn answer(
     st: &mut Peer,
     store: &Store,
@@ -244,7 +244,6 @@ fn answer(
         Some(Message::Fail { reason: &reason }.encode())
     };
     match Message::parse(m) {
-        _ if m.first() == Some(&PING) => Some(m.to_vec()),
         Ok(Message::Offer(offer)) => {
             st.refused = false;
             match st.transfer.take() {
