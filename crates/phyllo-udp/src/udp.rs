@@ -226,12 +226,12 @@ const MIN_SCATTER: usize = 512;
 ///
 /// A datagram that fits one buffer lands there whole; with GRO on ([`UdpLink::set_gro`]) the
 /// kernel writes a coalesced run across consecutive buffers, so when `size` is the run's
-/// segment size each of its datagrams lands in a buffer of its own. `size` follows what arrives: the segment size of the last coalesced run of
-/// datagrams of at least 512 bytes, or, without one, the longest datagram seen; `per_slot`
-/// grows to the longest run (at most [`MAX_SEGMENTS`]). A datagram that landed across buffers
-/// or shares one (a size the batch had not learnt yet, a run longer than its buffers, a run of
-/// small datagrams) is copied into a buffer of the caller's ([`joined`](Self::joined) counts
-/// them).
+/// segment size each of its datagrams lands in a buffer of its own. `size` follows what
+/// arrives: the segment size of the last coalesced run of datagrams of at least 512 bytes, or,
+/// without one, the longest datagram seen; `per_slot` grows to the longest run (at most
+/// [`MAX_SEGMENTS`]). A datagram that landed across buffers or shares one (a size the batch had
+/// not learnt yet, a run longer than its buffers, a run of small datagrams) is copied into a
+/// buffer of the caller's ([`joined`](Self::joined) counts them).
 ///
 /// The cycle: [`refill`](Self::refill) the buffers taken with buffers of the caller's (a
 /// pool's), receive ([`UdpLink::try_recv`] and the other receive calls), then

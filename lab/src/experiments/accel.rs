@@ -230,9 +230,7 @@ impl Experiment for Accel {
                      accelerated total only `seal`'s own phases ({seal_all:.0}, deferred ones \
                      included), the sealed total ratio would be {total_floor:.3} \
                      (`accel.sealed_total_floor`): the {:.0} instructions a message above that \
-                     are the accelerator's own work for sealing (the transforms run outside \
-                     the stack's walk, the retransmission copy taken back from the sealed \
-                     datagram, the seal's place in the deferred walks).",
+                     are what sealing adds to the accelerator's own work.",
                     instr4[1],
                     instr4[0],
                     instr4[1] / instr4[0],
