@@ -508,10 +508,14 @@ impl<'a> Cx<'a> {
         self.pool.alloc()
     }
 
-    /// A copy of `m` from the pool.
+    /// A copy of `m` from the pool. A retransmission copy the accelerator kept with the body
+    /// transforms below still on ([`Layer::resends_copy_only`]) gives a copy that is the same:
+    /// sent down, it has them taken back first.
     #[inline]
     pub fn copy(&mut self, m: &Msg) -> Msg {
-        self.pool.alloc_copy(m.data())
+        let mut c = self.pool.alloc_copy(m.data());
+        c.set_transformed(m.transformed());
+        c
     }
 
     /// A message with a zeroed header area and an empty body (for acks and the like).
@@ -785,20 +789,25 @@ pub trait Layer: Send {
 
     /// The longest body (as it reaches this layer) whose body transform
     /// [`undo_send`](Self::undo_send) can take back, if it can take back any. For a message
-    /// that short, a layer above that wants a retransmission copy
-    /// ([`wants_copy`](Self::wants_copy)) gets the sent datagram with the transform undone, in
-    /// deferred post-processing, instead of a copy taken before the transform on the fast
-    /// path's critical path (seed 004 §3.1's deferred copy). Asked once, when the accelerator
-    /// is built (after [`init`](Self::init)); `None` by default.
+    /// that short, a layer above that wants a retransmission copy and only sends it again
+    /// ([`resends_copy_only`](Self::resends_copy_only)) is given the sent datagram itself,
+    /// in deferred post-processing, instead of a copy taken before the transform on the fast
+    /// path's critical path (seed 004 §3.1's deferred copy); the transform is taken back only
+    /// if the copy is sent again. Asked once, when the accelerator is built (after
+    /// [`init`](Self::init)); `None` by default.
     fn undo_limit(&self) -> Option<usize> {
         None
     }
 
-    /// Take back this layer's pre-send body transform on a message it sent: `pkt` is the
-    /// message as it left this layer (header area, transformed body and any trailer), before
-    /// this layer's post-send; afterwards its body is what this layer's pre-send received.
-    /// Called only for a body within [`undo_limit`](Self::undo_limit), and it must then
-    /// succeed: the layer above keeps what this leaves as its only copy.
+    /// Take back this layer's pre-send body transform on a retransmission copy of a message it
+    /// sent earlier, now sent again: `pkt` is the header area as the message left this layer
+    /// (its fields as this layer's pre-send wrote them) and a prefix of the transformed body,
+    /// without the trailers (the body as long as the layer holding the copy sent it);
+    /// afterwards that prefix is what this layer's pre-send received. So only a transform that
+    /// can take back a prefix of its output (a stream cipher) gives an
+    /// [`undo_limit`](Self::undo_limit). Called any time after the post-send (the layer's
+    /// state has moved on: a cipher finds the nonce in its header field). Called only for a
+    /// body within the limit, and it must then succeed: the copy is the only one kept.
     fn undo_send(&self, pkt: &mut Packet<'_>) {
         let _ = pkt;
     }
@@ -812,6 +821,18 @@ pub trait Layer: Send {
     /// Whether post-send wants a copy of the message as it left this layer (retransmission):
     /// the fast path, which skips pre-send, takes it for the layer.
     fn wants_copy(&self) -> bool {
+        false
+    }
+
+    /// Whether this layer does nothing with its retransmission copy
+    /// ([`wants_copy`](Self::wants_copy)) but free it or send it again: [`Cx::copy`] it, set
+    /// header fields of that with [`Cx::set`], and [`Cx::send_down`] the result. It never
+    /// reads the body, nor counts on its bytes. The fast path may then hand it, as the copy,
+    /// the datagram that left with the body transforms of the layers below still on (their
+    /// trailers cut off, so it is as long as what this layer sent); sent down again, the
+    /// core takes them back first ([`undo_send`](Self::undo_send)). `false` by default: the
+    /// copy is the message as it left this layer.
+    fn resends_copy_only(&self) -> bool {
         false
     }
 
@@ -903,6 +924,9 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     }
     fn wants_copy(&self) -> bool {
         (**self).wants_copy()
+    }
+    fn resends_copy_only(&self) -> bool {
+        (**self).resends_copy_only()
     }
     fn fragment_payload(&self) -> Option<usize> {
         (**self).fragment_payload()

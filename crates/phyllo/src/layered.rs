@@ -379,7 +379,7 @@ impl<S: LayerSet> Core<S> {
         // A misbehaving layer that originates without end is cut off rather than hanging the
         // caller.
         let mut budget = 1_000_000u32;
-        while let Some((origin, m)) = self.queue.pop_front() {
+        while let Some((origin, mut m)) = self.queue.pop_front() {
             budget -= 1;
             if budget == 0 {
                 self.queue.clear();
@@ -387,7 +387,12 @@ impl<S: LayerSet> Core<S> {
             }
             let older = self.queue.len();
             match origin {
-                Origin::Down(from) => self.run_send(now, from, m, edge),
+                Origin::Down(from) => {
+                    if m.transformed() {
+                        self.undo_transforms(now, from, &mut m);
+                    }
+                    self.run_send(now, from, m, edge)
+                }
                 Origin::Up(from) => self.run_deliver(now, from, m, edge),
             }
             // Depth first: what this message's processing originated (e.g. the message a
@@ -478,9 +483,13 @@ impl<S: LayerSet> Core<S> {
         None
     }
 
-    /// Undo the body transforms of the layers `which` (top first) on `m`, a message they
-    /// sent, bottom up ([`Layer::undo_send`](crate::Layer::undo_send)).
-    pub(crate) fn undo_send(&mut self, now: Time, which: &[usize], m: &mut Msg) {
+    /// Take back the body transforms of the layers from `from` down, bottom up, on `m`: a
+    /// retransmission copy kept as the datagram left ([`Msg::transformed`]), sent down again
+    /// ([`Layer::undo_send`](crate::Layer::undo_send)). Its mark goes.
+    #[cold]
+    #[inline(never)]
+    fn undo_transforms(&mut self, now: Time, from: usize, m: &mut Msg) {
+        m.set_transformed(false);
         let mut pkt = Self::packet(
             &self.layout,
             self.rx_wire,
@@ -490,9 +499,11 @@ impl<S: LayerSet> Core<S> {
             &mut self.pool,
             &mut self.kept,
         );
-        for &i in which.iter().rev() {
-            pkt.layer = i;
-            self.layers.undo_send_at(i, &mut pkt);
+        for i in (from..self.layers.count()).rev() {
+            if self.layers.transforms_body_at(i) {
+                pkt.layer = i;
+                self.layers.undo_send_at(i, &mut pkt);
+            }
         }
     }
 

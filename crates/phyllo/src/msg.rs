@@ -61,6 +61,9 @@ pub struct Msg {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The content is a retransmission copy that still carries the body transforms of the
+    /// layers below the one holding it, trailers cut off ([`Msg::transformed`]).
+    transformed: bool,
 }
 
 impl Clone for Msg {
@@ -71,6 +74,7 @@ impl Clone for Msg {
             buf: self.buf.clone(),
             start: self.start,
             end: self.end,
+            transformed: self.transformed,
         }
     }
 }
@@ -98,6 +102,7 @@ impl Msg {
             buf: vec![0; headroom],
             start: headroom,
             end: headroom,
+            transformed: false,
         }
     }
 
@@ -114,7 +119,12 @@ impl Msg {
     pub fn from_parts(buf: Vec<u8>, content: Range<usize>) -> Msg {
         let end = content.end.min(buf.len());
         let start = content.start.min(end);
-        Msg { buf, start, end }
+        Msg {
+            buf,
+            start,
+            end,
+            transformed: false,
+        }
     }
 
     /// The buffer behind the message and where its content lies in it, for a driver that
@@ -122,6 +132,23 @@ impl Msg {
     /// messages with [`from_parts`](Self::from_parts). Nothing is copied.
     pub fn into_parts(self) -> (Vec<u8>, Range<usize>) {
         (self.buf, self.start..self.end)
+    }
+
+    /// Whether this is a retransmission copy the accelerator kept as the datagram left: the
+    /// body transforms of the layers below its holder (sealing) are still on its body, their
+    /// trailers cut off, and are taken back only if the copy is sent down again
+    /// ([`Layer::resends_copy_only`](crate::Layer::resends_copy_only)). Carried over by
+    /// [`Cx::copy`](crate::Cx::copy) and `clone`; a message cleared or taken from a pool
+    /// starts without it.
+    #[inline(always)]
+    pub(crate) fn transformed(&self) -> bool {
+        self.transformed
+    }
+
+    /// Set or clear the mark [`transformed`](Self::transformed) reads.
+    #[inline(always)]
+    pub(crate) fn set_transformed(&mut self, on: bool) {
+        self.transformed = on;
     }
 
     /// The content.
@@ -312,6 +339,7 @@ impl Msg {
         }
         self.start = headroom;
         self.end = headroom;
+        self.transformed = false;
     }
 
     /// Replace the content with `data`, leaving `headroom` free bytes in front.
@@ -433,6 +461,7 @@ impl Pool {
             buf,
             start: HEADROOM,
             end: HEADROOM,
+            transformed: false,
         }
     }
 

@@ -77,6 +77,8 @@ pub trait LayerSet {
     fn transforms_body_at(&self, i: usize) -> bool;
     /// [`Layer::wants_copy`] of layer `i`.
     fn wants_copy_at(&self, i: usize) -> bool;
+    /// [`Layer::resends_copy_only`] of layer `i`.
+    fn resends_copy_only_at(&self, i: usize) -> bool;
     /// [`Layer::undo_limit`] of layer `i`.
     fn undo_limit_at(&self, i: usize) -> Option<usize>;
     /// [`Layer::undo_send`] of layer `i`.
@@ -303,6 +305,9 @@ impl LayerSet for DynStack {
     fn wants_copy_at(&self, i: usize) -> bool {
         self[i].wants_copy()
     }
+    fn resends_copy_only_at(&self, i: usize) -> bool {
+        self[i].resends_copy_only()
+    }
     fn undo_limit_at(&self, i: usize) -> Option<usize> {
         self[i].undo_limit()
     }
@@ -366,6 +371,9 @@ impl LayerSet for () {
         false
     }
     fn wants_copy_at(&self, _: usize) -> bool {
+        false
+    }
+    fn resends_copy_only_at(&self, _: usize) -> bool {
         false
     }
     fn undo_limit_at(&self, _: usize) -> Option<usize> {
@@ -551,6 +559,13 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.0.wants_copy()
         } else {
             self.1.wants_copy_at(i - 1)
+        }
+    }
+    fn resends_copy_only_at(&self, i: usize) -> bool {
+        if i == 0 {
+            self.0.resends_copy_only()
+        } else {
+            self.1.resends_copy_only_at(i - 1)
         }
     }
     fn undo_limit_at(&self, i: usize) -> Option<usize> {

@@ -27,9 +27,6 @@ pub(crate) struct Pending {
     pub(crate) copies: Vec<(usize, Msg)>,
     /// The retransmission copy not taken yet (see [`Reclaim`]).
     pub(crate) reclaim: Option<Reclaim>,
-    /// The pending send's copy is taken back from the link with body transforms (sealing)
-    /// on it, which post-processing undoes ([`Layer::undo_send`](crate::Layer::undo_send)).
-    pub(crate) undo: bool,
     /// A delivery's post-phases are pending.
     pub(crate) deliver: bool,
     /// The pending delivery's header.
@@ -41,9 +38,11 @@ pub(crate) struct Pending {
 /// preamble and with the full header area. So instead of copying on the send path, the
 /// accelerator waits for the link to finish with the datagram
 /// ([`Connection::transmit_with`](crate::Connection::transmit_with)) and takes the buffer back
-/// as the copy. Where a body transform below the layer (sealing) changed the datagram, the
-/// transform is undone on the copy in post-processing, if it can be; only where it cannot, or
-/// where several layers want copies, is the copy taken eagerly.
+/// as the copy. Where a body transform below the layer (sealing) changed the datagram, the copy
+/// keeps it, marked ([`Msg::transformed`]), for a layer that only resends its copy: the
+/// transform is taken back only if the copy is sent again, which most never are. Only where
+/// a transform cannot take itself back, the layer reads its copy, or several layers want
+/// copies, is the copy taken eagerly, before the transforms.
 /// Invariant: while a reclaim is pending, its datagram is in the core's transmit queue;
 /// whatever takes it out of the queue settles the reclaim first.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +53,9 @@ pub(crate) struct Reclaim {
     pub(crate) id: usize,
     /// The body's length (what follows the wire header).
     pub(crate) body_len: usize,
+    /// With body transforms below the layer, the bytes of their trailers, which the copy
+    /// leaves off (it is then marked [`Msg::transformed`]).
+    pub(crate) trailers: Option<usize>,
 }
 
 impl Pending {
@@ -65,7 +67,6 @@ impl Pending {
             send_hdr: empty,
             copies: Vec::new(),
             reclaim: None,
-            undo: false,
             deliver: false,
             deliver_hdr: empty,
         }

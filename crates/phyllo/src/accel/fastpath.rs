@@ -72,9 +72,11 @@ pub(crate) struct Shape {
     copy: Vec<usize>,
     /// The one layer that wants a retransmission copy, when nothing else is run on the send
     /// path but body transforms below it: the sent datagram becomes its copy ([`Reclaim`]).
-    /// With `true`, there are such transforms, and they are undone on the copy
-    /// ([`Layer::undo_send`](crate::Layer::undo_send)) when they can undo the message.
-    reclaim_layer: Option<(usize, bool)>,
+    /// With such transforms, the bytes of their trailers: the copy keeps the transformed
+    /// body, trailers cut off, for a layer that only resends it
+    /// ([`Layer::resends_copy_only`](crate::Layer::resends_copy_only)), and only for messages
+    /// they can undo ([`undo_body_max`](Self::undo_body_max)).
+    reclaim_layer: Option<(usize, Option<usize>)>,
     /// The longest body (as it reaches the top transform) that every body transform can undo
     /// ([`Layer::undo_limit`](crate::Layer::undo_limit)), if there is one. The transforms
     /// sit at the bottom and only add trailers, so each sees the body plus the trailers of
@@ -111,9 +113,16 @@ impl Shape {
             .filter(|&i| layers.wants_copy_at(i) && !send_unpredicted.contains(&i))
             .collect();
         let plain_send = send_unpredicted.is_empty();
+        let trailers: usize = transform.iter().map(|&t| layers.trailer_len_at(t)).sum();
         let reclaim_layer = match *copy {
             [layer] if transform.iter().all(|&t| t > layer) && plain_send => {
-                Some((layer, !transform.is_empty()))
+                if transform.is_empty() {
+                    Some((layer, None))
+                } else if layers.resends_copy_only_at(layer) {
+                    Some((layer, Some(trailers)))
+                } else {
+                    None
+                }
             }
             _ => None,
         };
@@ -356,13 +365,14 @@ impl Accelerator {
             None
         };
         let liar = match self.shape.reclaim_layer {
-            Some((layer, false)) => {
-                self.send_reclaimed(core, now, m, (layer, false), verify.as_ref(), msgs)
+            Some((layer, None)) => {
+                self.send_reclaimed(core, now, m, (layer, None), verify.as_ref(), msgs)
             }
-            Some((layer, true)) if self.undoable(m.len() - hl) => {
+            Some((layer, Some(trailers))) if self.undoable(m.len() - hl) => {
                 let all = self.shape.transform.len();
                 if self.transform_send(core, now, &mut m, 0..all) {
-                    self.send_reclaimed(core, now, m, (layer, true), verify.as_ref(), msgs)
+                    let reclaim = (layer, Some(trailers));
+                    self.send_reclaimed(core, now, m, reclaim, verify.as_ref(), msgs)
                 } else {
                     // Dropped by a transform: counted as sent on the fast path, as below.
                     self.stats.fast_send_msgs += msgs;
@@ -390,8 +400,8 @@ impl Accelerator {
     }
 
     /// Check (if `verify`) and send a fast-path datagram `m` whose retransmission copy is
-    /// taken back from the link ([`Reclaim`]): `reclaim` is the layer that wants it and
-    /// whether body transforms ran, to be undone on the copy in post-processing. What
+    /// taken back from the link ([`Reclaim`]): `reclaim` is the layer that wants it and, if
+    /// body transforms ran, the bytes of their trailers ([`Reclaim::trailers`]). What
     /// [`send_body`](Self::send_body) returns.
     #[inline(always)]
     fn send_reclaimed<S: LayerSet>(
@@ -399,7 +409,7 @@ impl Accelerator {
         core: &mut Core<S>,
         now: Time,
         m: Msg,
-        reclaim: (usize, bool),
+        reclaim: (usize, Option<usize>),
         verify: Option<&Msg>,
         msgs: u64,
     ) -> Option<&'static str> {
@@ -411,15 +421,13 @@ impl Accelerator {
             core.pool().free(m);
         } else {
             self.stats.fast_send_msgs += msgs;
-            let (layer, undo) = reclaim;
-            self.pending.undo = undo;
-            self.send_passed(core, m, Some(layer));
+            self.send_passed(core, m, Some(reclaim));
         }
         liar
     }
 
     /// Whether every body transform can undo itself on a message whose body reaches the top
-    /// one with `body_len` bytes (so its retransmission copy can be taken back from the link).
+    /// one with `body_len` bytes (so its retransmission copy can be the sent datagram).
     #[inline(always)]
     fn undoable(&self, body_len: usize) -> bool {
         self.shape.undo_body_max.is_some_and(|m| body_len <= m)
@@ -554,19 +562,26 @@ impl Accelerator {
     }
 
     /// Put a message that passed the send filter on the link and leave its post-processing
-    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes.
+    /// pending; `reclaim`: the layer whose retransmission copy the sent datagram becomes, and
+    /// the bytes of the transforms' trailers the copy leaves off ([`Reclaim`]).
     #[inline(always)]
-    fn send_passed<S: LayerSet>(&mut self, core: &mut Core<S>, mut m: Msg, reclaim: Option<usize>) {
+    fn send_passed<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        mut m: Msg,
+        reclaim: Option<(usize, Option<usize>)>,
+    ) {
         let hl = self.header_len;
         self.pending.send_hdr.set(&m.data()[..hl]);
         self.pending.send = true;
         let body_len = m.len() - hl;
         self.ident.wrap(&mut m, hl, self.order, &mut self.stats);
-        if let Some(layer) = reclaim {
+        if let Some((layer, trailers)) = reclaim {
             self.pending.reclaim = Some(Reclaim {
                 layer,
                 id: m.buffer_id(),
                 body_len,
+                trailers,
             });
         }
         core.queue_out(m, self);
@@ -651,14 +666,6 @@ impl Accelerator {
         if self.pending.send {
             self.pending.send = false;
             self.settle_queued_reclaim(core);
-            if self.pending.undo {
-                self.pending.undo = false;
-                // The copy taken back from the link is the sealed datagram: the transforms
-                // give back what the layer above sent.
-                if let Some((_, copy)) = self.pending.copies.first_mut() {
-                    core.undo_send(now, &self.shape.transform, copy);
-                }
-            }
             let pending = &mut self.pending;
             core.post_send_passed(now, &pending.send_hdr, &mut pending.copies);
             core.drain(now, self);

@@ -229,13 +229,17 @@ impl Accelerator {
     }
 
     /// The link is done with the datagram `m` the deferred copy waits for: `m` becomes the
-    /// copy (its preamble off, the full header area back on).
+    /// copy (its preamble off, the full header area back on, any transforms' trailers off).
     fn reclaim_sent(&mut self, mut m: Msg) {
         let Some(r) = self.pending.reclaim.take() else {
             return;
         };
         let wire_hdr = m.len().saturating_sub(r.body_len);
         m.pop_front(wire_hdr);
+        if let Some(trailers) = r.trailers {
+            m.pop_back(trailers);
+            m.set_transformed(true);
+        }
         m.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
         self.pending.copies.push((r.layer, m));
     }
@@ -246,7 +250,12 @@ impl Accelerator {
             return;
         };
         let wire_hdr = m.len().saturating_sub(r.body_len);
-        let mut copy = pool.alloc_copy(&m.data()[wire_hdr..]);
+        let end = m
+            .len()
+            .saturating_sub(r.trailers.unwrap_or(0))
+            .max(wire_hdr);
+        let mut copy = pool.alloc_copy(&m.data()[wire_hdr..end]);
+        copy.set_transformed(r.trailers.is_some());
         copy.prepend(&self.pending.send_hdr.bytes[..self.header_len]);
         self.pending.copies.push((r.layer, copy));
     }

@@ -434,6 +434,9 @@ impl<S: FixedSet> LayerSet for Fixed<S> {
     fn wants_copy_at(&self, i: usize) -> bool {
         self.layers.wants_copy_at(i)
     }
+    fn resends_copy_only_at(&self, i: usize) -> bool {
+        self.layers.resends_copy_only_at(i)
+    }
     fn undo_limit_at(&self, i: usize) -> Option<usize> {
         self.layers.undo_limit_at(i)
     }

@@ -124,10 +124,11 @@ impl Key {
         }
     }
 
-    /// The longest seal [`decrypt_own`](Self::decrypt_own) takes back cheaply: AES-256-GCM
-    /// (split) and a short body, whose keystream is computed ahead.
+    /// The longest seal [`decrypt_own`](Self::decrypt_own) takes back: any under AES-256-GCM
+    /// (the split cipher's CTR keystream, whichever of the two sealed it), none under
+    /// ChaCha20-Poly1305 (`ring` keeps its keystream to itself).
     fn undo_limit(&self) -> Option<usize> {
-        self.raw.is_some().then_some(SHORT)
+        self.raw.is_some().then_some(usize::MAX)
     }
 
     /// Decrypt `data`, sealed by this key under `counter`, without a tag check (CTR mode is
@@ -370,31 +371,29 @@ impl Layer for Seal {
         true
     }
 
-    /// Short bodies under AES-256-GCM: the keystream computed ahead takes the seal back with
-    /// one XOR.
+    /// Any body under AES-256-GCM: its CTR keystream takes the seal back on a prefix as on
+    /// the whole.
     fn undo_limit(&self) -> Option<usize> {
         self.nonce?;
         self.tx.as_ref()?.undo_limit()
     }
 
-    /// Drop the tag and decrypt the body with the keystream of the counter it was sealed
-    /// under: the current one, since the post-send that advances it has not run (the nonce
-    /// field carries its low 32 bits).
+    /// Decrypt the body (its tag already cut off) with the keystream of the counter it was
+    /// sealed under. The nonce field carries its low 32 bits; it is the latest counter with
+    /// those bits not beyond the current one. That holds while fewer than 2^32 datagrams
+    /// left after it, as for the receiver's reconstruction: the copy is of a message the
+    /// peer has not acknowledged, and sessions rekey after far fewer (`rekey_after`).
     fn undo_send(&self, pkt: &mut Packet<'_>) {
-        let Some(tx) = &self.tx else {
+        let (Some(h), Some(tx)) = (self.nonce, &self.tx) else {
             return;
         };
-        if pkt.body().len() < TAG_LEN {
+        let back = (self.tx_counter as u32).wrapping_sub(pkt.get(h) as u32);
+        let Some(c) = self.tx_counter.checked_sub(u64::from(back)) else {
+            debug_assert!(false, "undo_send of a nonce this layer never sent");
             return;
-        }
-        debug_assert_eq!(
-            self.nonce.map(|h| pkt.get(h) as u32),
-            Some(self.tx_counter as u32),
-            "undo_send of a message not sealed under the current counter"
-        );
-        pkt.msg_mut().pop_back(TAG_LEN);
+        };
         let (_, body) = pkt.split_mut();
-        tx.decrypt_own(self.tx_ahead.as_ref(), self.tx_counter, body);
+        tx.decrypt_own(self.tx_ahead.as_ref(), c, body);
     }
 
     fn needs_keys(&self) -> bool {

@@ -1619,6 +1619,11 @@ impl<const O: bool> Layer for Window<O> {
         true
     }
 
+    /// Yes: a copy is only resent (copied, its acknowledgement field set, sent down) or freed.
+    fn resends_copy_only(&self) -> bool {
+        true
+    }
+
     fn predict_send(&self, p: &mut Predict<'_>) {
         if let Some(f) = self.f {
             p.set(f.kind, KIND_DATA);
