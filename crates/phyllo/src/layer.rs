@@ -787,16 +787,15 @@ pub trait Layer: Send {
         false
     }
 
-    /// The longest body (as it reaches this layer) whose body transform
-    /// [`undo_send`](Self::undo_send) can take back, if it can take back any. For a message
-    /// that short, a layer above that wants a retransmission copy and only sends it again
-    /// ([`resends_copy_only`](Self::resends_copy_only)) is given the sent datagram itself,
-    /// in deferred post-processing, instead of a copy taken before the transform on the fast
-    /// path's critical path (seed 004 §3.1's deferred copy); the transform is taken back only
-    /// if the copy is sent again. Asked once, when the accelerator is built (after
-    /// [`init`](Self::init)); `None` by default.
-    fn undo_limit(&self) -> Option<usize> {
-        None
+    /// Whether [`undo_send`](Self::undo_send) takes back this layer's body transform on any
+    /// message it sent. Then a layer above that wants a retransmission copy and only sends it
+    /// again ([`resends_copy_only`](Self::resends_copy_only)) is given the sent datagram
+    /// itself, in deferred post-processing, instead of a copy taken before the transform on
+    /// the fast path's critical path (seed 004 §3.1's deferred copy); the transform is taken
+    /// back only if the copy is sent again. Asked once, when the accelerator is built (after
+    /// [`init`](Self::init)); `false` by default.
+    fn can_undo_send(&self) -> bool {
+        false
     }
 
     /// Take back this layer's pre-send body transform on a retransmission copy of a message it
@@ -804,10 +803,10 @@ pub trait Layer: Send {
     /// (its fields as this layer's pre-send wrote them) and a prefix of the transformed body,
     /// without the trailers (the body as long as the layer holding the copy sent it);
     /// afterwards that prefix is what this layer's pre-send received. So only a transform that
-    /// can take back a prefix of its output (a stream cipher) gives an
-    /// [`undo_limit`](Self::undo_limit). Called any time after the post-send (the layer's
-    /// state has moved on: a cipher finds the nonce in its header field). Called only for a
-    /// body within the limit, and it must then succeed: the copy is the only one kept.
+    /// can take back a prefix of its output (a stream cipher) says it
+    /// [`can_undo_send`](Self::can_undo_send). Called any time after the post-send (the
+    /// layer's state has moved on: a cipher finds the nonce in its header field), only if the
+    /// layer says it can, and it must then succeed: the copy is the only one kept.
     fn undo_send(&self, pkt: &mut Packet<'_>) {
         let _ = pkt;
     }
@@ -913,8 +912,8 @@ impl<L: Layer + ?Sized> Layer for Box<L> {
     fn transforms_body(&self) -> bool {
         (**self).transforms_body()
     }
-    fn undo_limit(&self) -> Option<usize> {
-        (**self).undo_limit()
+    fn can_undo_send(&self) -> bool {
+        (**self).can_undo_send()
     }
     fn undo_send(&self, pkt: &mut Packet<'_>) {
         (**self).undo_send(pkt)

@@ -451,6 +451,28 @@ impl<S: LayerSet> Core<S> {
         self.take_kept(layer)
     }
 
+    /// Run layer `i`'s pre-phase on `m` — `pre_send` if `send`, else `pre_deliver` — and
+    /// return its verdict: [`pre_phases`](Self::pre_phases) of one layer, without the loop
+    /// (the accelerator's one body transform, on every sealed message).
+    #[inline(always)]
+    pub(crate) fn pre_phase(&mut self, now: Time, i: usize, send: bool, m: &mut Msg) -> Verdict {
+        let mut pkt = Self::packet(
+            &self.layout,
+            self.rx_wire,
+            now,
+            send,
+            m,
+            &mut self.pool,
+            &mut self.kept,
+        );
+        pkt.layer = i;
+        if send {
+            self.layers.pre_send_at(i, &mut pkt)
+        } else {
+            self.layers.pre_deliver_at(i, &mut pkt)
+        }
+    }
+
     /// Run the pre-phases of `layers` in that order on `m` — `pre_send` if `send`, else
     /// `pre_deliver` — until one does not continue: that layer and its verdict.
     pub(crate) fn pre_phases(

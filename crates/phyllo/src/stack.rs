@@ -79,8 +79,8 @@ pub trait LayerSet {
     fn wants_copy_at(&self, i: usize) -> bool;
     /// [`Layer::resends_copy_only`] of layer `i`.
     fn resends_copy_only_at(&self, i: usize) -> bool;
-    /// [`Layer::undo_limit`] of layer `i`.
-    fn undo_limit_at(&self, i: usize) -> Option<usize>;
+    /// [`Layer::can_undo_send`] of layer `i`.
+    fn can_undo_send_at(&self, i: usize) -> bool;
     /// [`Layer::undo_send`] of layer `i`.
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>);
     /// [`Layer::needs_keys`] of layer `i`.
@@ -308,8 +308,8 @@ impl LayerSet for DynStack {
     fn resends_copy_only_at(&self, i: usize) -> bool {
         self[i].resends_copy_only()
     }
-    fn undo_limit_at(&self, i: usize) -> Option<usize> {
-        self[i].undo_limit()
+    fn can_undo_send_at(&self, i: usize) -> bool {
+        self[i].can_undo_send()
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
         self[i].undo_send(pkt)
@@ -376,8 +376,8 @@ impl LayerSet for () {
     fn resends_copy_only_at(&self, _: usize) -> bool {
         false
     }
-    fn undo_limit_at(&self, _: usize) -> Option<usize> {
-        None
+    fn can_undo_send_at(&self, _: usize) -> bool {
+        false
     }
     fn undo_send_at(&self, _: usize, _: &mut Packet<'_>) {}
     fn needs_keys_at(&self, _: usize) -> bool {
@@ -568,11 +568,11 @@ impl<L: Layer, R: LayerSet> LayerSet for (L, R) {
             self.1.resends_copy_only_at(i - 1)
         }
     }
-    fn undo_limit_at(&self, i: usize) -> Option<usize> {
+    fn can_undo_send_at(&self, i: usize) -> bool {
         if i == 0 {
-            self.0.undo_limit()
+            self.0.can_undo_send()
         } else {
-            self.1.undo_limit_at(i - 1)
+            self.1.can_undo_send_at(i - 1)
         }
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {

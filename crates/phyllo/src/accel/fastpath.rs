@@ -74,14 +74,9 @@ pub(crate) struct Shape {
     /// path but body transforms below it: the sent datagram becomes its copy ([`Reclaim`]).
     /// With such transforms, the bytes of their trailers: the copy keeps the transformed
     /// body, trailers cut off, for a layer that only resends it
-    /// ([`Layer::resends_copy_only`](crate::Layer::resends_copy_only)), and only for messages
-    /// they can undo ([`undo_body_max`](Self::undo_body_max)).
+    /// ([`Layer::resends_copy_only`](crate::Layer::resends_copy_only)) when every transform
+    /// can take itself back ([`Layer::can_undo_send`](crate::Layer::can_undo_send)).
     reclaim_layer: Option<(usize, Option<usize>)>,
-    /// The longest body (as it reaches the top transform) that every body transform can undo
-    /// ([`Layer::undo_limit`](crate::Layer::undo_limit)), if there is one. The transforms
-    /// sit at the bottom and only add trailers, so each sees the body plus the trailers of
-    /// those above it.
-    undo_body_max: Option<usize>,
 }
 
 impl Shape {
@@ -118,7 +113,9 @@ impl Shape {
             [layer] if transform.iter().all(|&t| t > layer) && plain_send => {
                 if transform.is_empty() {
                     Some((layer, None))
-                } else if layers.resends_copy_only_at(layer) {
+                } else if layers.resends_copy_only_at(layer)
+                    && transform.iter().all(|&t| layers.can_undo_send_at(t))
+                {
                     Some((layer, Some(trailers)))
                 } else {
                     None
@@ -126,17 +123,7 @@ impl Shape {
             }
             _ => None,
         };
-        let mut above = 0;
-        let mut undo_body_max = Some(usize::MAX);
-        for &t in &transform {
-            undo_body_max = match (undo_body_max, layers.undo_limit_at(t)) {
-                (Some(m), Some(l)) => l.checked_sub(above).map(|l| l.min(m)),
-                _ => None,
-            };
-            above += layers.trailer_len_at(t);
-        }
         Shape {
-            undo_body_max,
             fast_deliver: transform.len() == bottom_transforms,
             plain_send: plain_send && fast_send,
             send_unpredicted,
@@ -368,7 +355,7 @@ impl Accelerator {
             Some((layer, None)) => {
                 self.send_reclaimed(core, now, m, (layer, None), verify.as_ref(), msgs)
             }
-            Some((layer, Some(trailers))) if self.undoable(m.len() - hl) => {
+            Some((layer, Some(trailers))) => {
                 let all = self.shape.transform.len();
                 if self.transform_send(core, now, &mut m, 0..all) {
                     let reclaim = (layer, Some(trailers));
@@ -424,13 +411,6 @@ impl Accelerator {
             self.send_passed(core, m, Some(reclaim));
         }
         liar
-    }
-
-    /// Whether every body transform can undo itself on a message whose body reaches the top
-    /// one with `body_len` bytes (so its retransmission copy can be the sent datagram).
-    #[inline(always)]
-    fn undoable(&self, body_len: usize) -> bool {
-        self.shape.undo_body_max.is_some_and(|m| body_len <= m)
     }
 
     /// A copy of the body of `m` (header area in front), for a check.
@@ -590,6 +570,7 @@ impl Accelerator {
     /// Run the pre-sends of the body-transforming layers `which` (indices into the shape's
     /// transforms) on a fast-path message; `false` if one dropped it (the message and its
     /// retransmission copies are then freed).
+    #[inline(always)]
     fn transform_send<S: LayerSet>(
         &mut self,
         core: &mut Core<S>,
@@ -597,10 +578,30 @@ impl Accelerator {
         m: &mut Msg,
         which: std::ops::Range<usize>,
     ) -> bool {
-        let stop = core.pre_phases(now, self.shape.transform[which].iter().copied(), true, m);
-        let Some((i, v)) = stop else {
-            return true;
+        let stop = match self.shape.transform[which] {
+            [t] => Some((t, core.pre_phase(now, t, true, m))).filter(|s| s.1 != Verdict::Continue),
+            ref ts => core.pre_phases(now, ts.iter().copied(), true, m),
         };
+        match stop {
+            None => true,
+            Some((i, v)) => {
+                self.transform_dropped(core, m, i, v);
+                false
+            }
+        }
+    }
+
+    /// A body transform (layer `i`, verdict `v`) stopped a fast-path send: count the drop,
+    /// free the message and its retransmission copies.
+    #[cold]
+    #[inline(never)]
+    fn transform_dropped<S: LayerSet>(
+        &mut self,
+        core: &mut Core<S>,
+        m: &mut Msg,
+        i: usize,
+        v: Verdict,
+    ) {
         // Only a drop can stop a body transform on the send path.
         if let Verdict::Drop(r) = v {
             core.count_drop(i, r);
@@ -610,7 +611,6 @@ impl Accelerator {
         for (_, c) in self.pending.copies.drain(..) {
             core.pool().free(c);
         }
-        false
     }
 
     /// Run the deferred post-processing, then send the backlog packed (seed 004 §3.4).
@@ -921,11 +921,16 @@ impl Accelerator {
     /// The delivery path of a stack with body transforms (decryption) at the bottom: they
     /// run first, as they would on the layered path, since the filter must see the
     /// plaintext; then the fast path's checks.
-    #[inline(never)]
+    #[inline]
     fn deliver_transformed<S: LayerSet>(&mut self, core: &mut Core<S>, now: Time, mut m: Msg) {
         let n = core.layers().count();
         let k = self.shape.bottom_transforms;
-        let stop = core.pre_phases(now, (n - k..n).rev(), false, &mut m);
+        let stop = if k == 1 {
+            Some((n - 1, core.pre_phase(now, n - 1, false, &mut m)))
+                .filter(|s| s.1 != Verdict::Continue)
+        } else {
+            core.pre_phases(now, (n - k..n).rev(), false, &mut m)
+        };
         core.free_kept();
         let Some((i, v)) = stop else {
             self.deliver_checked(core, now, m, k);

@@ -437,8 +437,8 @@ impl<S: FixedSet> LayerSet for Fixed<S> {
     fn resends_copy_only_at(&self, i: usize) -> bool {
         self.layers.resends_copy_only_at(i)
     }
-    fn undo_limit_at(&self, i: usize) -> Option<usize> {
-        self.layers.undo_limit_at(i)
+    fn can_undo_send_at(&self, i: usize) -> bool {
+        self.layers.can_undo_send_at(i)
     }
     fn undo_send_at(&self, i: usize, pkt: &mut Packet<'_>) {
         self.layers.undo_send_at(i, pkt)

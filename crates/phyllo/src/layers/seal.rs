@@ -124,11 +124,11 @@ impl Key {
         }
     }
 
-    /// The longest seal [`decrypt_own`](Self::decrypt_own) takes back: any under AES-256-GCM
-    /// (the split cipher's CTR keystream, whichever of the two sealed it), none under
-    /// ChaCha20-Poly1305 (`ring` keeps its keystream to itself).
-    fn undo_limit(&self) -> Option<usize> {
-        self.raw.is_some().then_some(usize::MAX)
+    /// Whether [`decrypt_own`](Self::decrypt_own) takes back what this key sealed: under
+    /// AES-256-GCM (the split cipher's CTR keystream, whichever of the two sealed it), not
+    /// under ChaCha20-Poly1305 (`ring` keeps its keystream to itself).
+    fn can_undo(&self) -> bool {
+        self.raw.is_some()
     }
 
     /// Decrypt `data`, sealed by this key under `counter`, without a tag check (CTR mode is
@@ -371,11 +371,9 @@ impl Layer for Seal {
         true
     }
 
-    /// Any body under AES-256-GCM: its CTR keystream takes the seal back on a prefix as on
-    /// the whole.
-    fn undo_limit(&self) -> Option<usize> {
-        self.nonce?;
-        self.tx.as_ref()?.undo_limit()
+    /// Under AES-256-GCM: its CTR keystream takes the seal back on a prefix as on the whole.
+    fn can_undo_send(&self) -> bool {
+        self.nonce.is_some() && self.tx.as_ref().is_some_and(Key::can_undo)
     }
 
     /// Decrypt the body (its tag already cut off) with the keystream of the counter it was
