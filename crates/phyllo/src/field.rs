@@ -609,7 +609,7 @@ fn le_short(d: &[u8]) -> u64 {
 
 /// At most sixteen bytes as two little-endian words, zero-padded: two loads, no loop.
 #[inline(always)]
-fn two_words(d: &[u8]) -> (u64, u64) {
+pub(crate) fn two_words(d: &[u8]) -> (u64, u64) {
     let n = d.len();
     if n >= 8 {
         let w1 = if n > 8 {

@@ -59,6 +59,22 @@ impl Clmul {
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("`detect` makes no Clmul off x86-64")
     }
+
+    /// [`absorb`](Self::absorb) of exactly `N` blocks from state zero, unrolled (no loop, no
+    /// slice lengths): a short message's GHASH, whose leading blocks may be zero (they add
+    /// nothing to the sum). At most [`RUN`] blocks and no more than `powers` holds.
+    #[inline]
+    pub(crate) fn absorb_exact<const N: usize>(self, blocks: &[u128; N], powers: &[u128]) -> u128 {
+        let powers: &[u128; N] = powers[..N]
+            .try_into()
+            .expect("a power of the key per block");
+        assert!(N <= RUN);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as for `absorb`: a `Clmul` proves the CPU has `pclmulqdq`.
+        return unsafe { x86::absorb_exact(blocks, powers) };
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("`detect` makes no Clmul off x86-64")
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -78,28 +94,50 @@ mod x86 {
     /// (two products by the polynomial's constant).
     #[target_feature(enable = "pclmulqdq")]
     pub(super) fn absorb(state: u128, blocks: &[u128], powers: &[u128]) -> u128 {
-        let store = |v: __m128i| {
-            let lo = _mm_cvtsi128_si64(v) as u64;
-            let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)) as u64;
-            u128::from(lo) | u128::from(hi) << 64
-        };
         let n = blocks.len();
-        let (mut lo, mut mid, mut hi) = (
-            _mm_setzero_si128(),
-            _mm_setzero_si128(),
-            _mm_setzero_si128(),
-        );
+        let mut sum = [_mm_setzero_si128(); 3];
         // The first block takes `state`; block `i` is multiplied by `powers[n - 1 - i]`.
         let mut first = _mm_set_epi64x((state >> 64) as i64, state as i64);
         for (b, k) in blocks.iter().zip(powers[..n].iter().rev()) {
             let a = _mm_xor_si128(load(b), first);
             first = _mm_setzero_si128();
-            let k = load(k);
-            lo = _mm_xor_si128(lo, _mm_clmulepi64_si128::<0x00>(a, k));
-            hi = _mm_xor_si128(hi, _mm_clmulepi64_si128::<0x11>(a, k));
-            mid = _mm_xor_si128(mid, _mm_clmulepi64_si128::<0x01>(a, k));
-            mid = _mm_xor_si128(mid, _mm_clmulepi64_si128::<0x10>(a, k));
+            multiply_into(&mut sum, a, load(k));
         }
+        reduce(sum)
+    }
+
+    /// See [`super::Clmul::absorb_exact`].
+    #[target_feature(enable = "pclmulqdq")]
+    pub(super) fn absorb_exact<const N: usize>(blocks: &[u128; N], powers: &[u128; N]) -> u128 {
+        let mut sum = [_mm_setzero_si128(); 3];
+        for i in 0..N {
+            multiply_into(&mut sum, load(&blocks[i]), load(&powers[N - 1 - i]));
+        }
+        reduce(sum)
+    }
+
+    /// Add the 256-bit product `a · k` into `sum` (its low, middle and high parts): four
+    /// 64-bit products.
+    #[target_feature(enable = "pclmulqdq")]
+    #[inline]
+    fn multiply_into(sum: &mut [__m128i; 3], a: __m128i, k: __m128i) {
+        let [lo, mid, hi] = sum;
+        *lo = _mm_xor_si128(*lo, _mm_clmulepi64_si128::<0x00>(a, k));
+        *hi = _mm_xor_si128(*hi, _mm_clmulepi64_si128::<0x11>(a, k));
+        *mid = _mm_xor_si128(*mid, _mm_clmulepi64_si128::<0x01>(a, k));
+        *mid = _mm_xor_si128(*mid, _mm_clmulepi64_si128::<0x10>(a, k));
+    }
+
+    /// The sum of products (low, middle, high) reduced to an element: one Montgomery
+    /// reduction by `x^128` (two products by the polynomial's constant).
+    #[target_feature(enable = "pclmulqdq")]
+    #[inline]
+    fn reduce([lo, mid, hi]: [__m128i; 3]) -> u128 {
+        let store = |v: __m128i| {
+            let lo = _mm_cvtsi128_si64(v) as u64;
+            let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)) as u64;
+            u128::from(lo) | u128::from(hi) << 64
+        };
         // The 256-bit sum as two halves.
         let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
         let hi = _mm_xor_si128(hi, _mm_srli_si128::<8>(mid));
@@ -149,6 +187,15 @@ mod tests {
             prop_assert_eq!(c.dot(state, key), horner(key, 0, &[state]));
             let got = c.absorb(state, &blocks, &powers);
             prop_assert_eq!(got, horner(key, state, &blocks));
+            // From state zero, unrolled, leading zero blocks included.
+            let mut three = [0u128; 3];
+            let k = blocks.len().min(3);
+            three[3 - k..].copy_from_slice(&blocks[..k]);
+            prop_assert_eq!(c.absorb_exact(&three, &powers), horner(key, 0, &blocks[..k]));
+            let mut five = [0u128; 5];
+            let k = blocks.len().min(5);
+            five[5 - k..].copy_from_slice(&blocks[..k]);
+            prop_assert_eq!(c.absorb_exact(&five, &powers), horner(key, 0, &blocks[..k]));
         }
     }
 }

@@ -133,6 +133,36 @@ impl Run {
     }
 }
 
+/// The GHASH blocks of `ad` and `ct`, each at most `8 * (N - 1)` bytes, then the lengths
+/// block, ending the `N` blocks (POLYVAL's byte order: reversed); the leading ones left zero.
+#[inline(always)]
+fn short_blocks<const N: usize>(ad: &[u8], ct: &[u8]) -> [u128; N] {
+    let mut b = [0u128; N];
+    let mut i = N;
+    let mut put = |x: u128| {
+        i -= 1;
+        b[i] = x.swap_bytes();
+    };
+    put(lengths_block(ad, ct));
+    for d in [ct, ad] {
+        if d.len() > 16 {
+            put(padded_block(&d[16..]));
+        }
+        if !d.is_empty() {
+            put(padded_block(d));
+        }
+    }
+    b
+}
+
+/// GHASH's lengths block of `ad` and `ct`: both bit lengths big-endian, as bytes (a
+/// little-endian integer).
+#[inline(always)]
+fn lengths_block(ad: &[u8], ct: &[u8]) -> u128 {
+    let bits = |n: usize| u128::from(u64::from_le_bytes((n as u64 * 8).to_be_bytes()));
+    bits(ad.len()) | bits(ct.len()) << 64
+}
+
 /// The first `min(16, len)` bytes of `d` as a little-endian integer, zero-padded: two loads
 /// for eight bytes and more (no copy into a zeroed block).
 #[inline(always)]
@@ -238,18 +268,26 @@ impl Gcm {
     }
 
     /// XOR `data` with the keystream of `counter`, starting at its first block: from `ahead`
-    /// where it holds that counter's, computed for the rest.
+    /// where it holds that counter's, computed for the rest. The usual short message, all of
+    /// whose keystream was computed ahead, is one XOR inline; the rest is out of line (its
+    /// AES loop made every call save and restore registers: ~35 instructions a call).
+    #[inline(always)]
     fn apply(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
+        match Self::ahead_for(ahead, counter) {
+            Some(a) if data.len() <= a.stream.len() => xor(data, &a.stream[..data.len()]),
+            _ => self.apply_long(ahead, counter, data),
+        }
+    }
+
+    /// [`apply`](Self::apply) beyond the keystream computed ahead.
+    #[inline(never)]
+    fn apply_long(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
         let pre: &[u8] = Self::ahead_for(ahead, counter).map_or(&[], |a| &a.stream);
         let n = data.len().min(pre.len());
         xor(&mut data[..n], &pre[..n]);
         let rest = &mut data[n..];
-        if rest.is_empty() {
-            // The usual short message: all of its keystream was computed ahead.
-            return;
-        }
-        // The rest, eight blocks per call so AES-NI pipelines them. `n` is a whole number
-        // of blocks here (it is the keystream kept ahead, or zero).
+        // Eight blocks per call so AES-NI pipelines them. `n` is a whole number of blocks
+        // here (it is the keystream kept ahead, or zero).
         let mut next = 2 + (n / 16) as u32;
         for chunk in rest.chunks_mut(16 * 8) {
             let mut ks = [Block::default(); 8];
@@ -268,31 +306,29 @@ impl Gcm {
     /// GHASH of the associated data and the ciphertext (its bytes as a little-endian
     /// integer): XOR the tag mask, the tag. A short message's blocks are gathered without a
     /// loop; longer ones in runs of [`RUN`], each absorbed at once.
-    #[inline]
+    #[inline(always)]
     fn ghash(&self, ad: &[u8], ct: &[u8]) -> u128 {
-        // The lengths block: both bit lengths big-endian, as bytes.
-        let bits = |n: usize| u128::from(u64::from_le_bytes((n as u64 * 8).to_be_bytes()));
-        let lengths = bits(ad.len()) | bits(ct.len()) << 64;
         if let HashKey::Clmul(c, powers) = &self.hash {
+            // A short message (a header's associated data, a small body): at most five
+            // blocks, gathered without a loop and absorbed unrolled, inline.
+            if ad.len() <= 16 && ct.len() <= 16 {
+                return c
+                    .absorb_exact(&short_blocks::<3>(ad, ct), powers)
+                    .swap_bytes();
+            }
             if ad.len() <= 32 && ct.len() <= 32 {
-                // A short message (a header's associated data, a small body): at most five
-                // blocks, gathered without a loop. POLYVAL takes the bytes reversed.
-                let mut blocks = [0u128; 5];
-                let mut n = 0;
-                for d in [ad, ct] {
-                    if !d.is_empty() {
-                        blocks[n] = padded_block(d).swap_bytes();
-                        n += 1;
-                    }
-                    if d.len() > 16 {
-                        blocks[n] = padded_block(&d[16..]).swap_bytes();
-                        n += 1;
-                    }
-                }
-                blocks[n] = lengths.swap_bytes();
-                return c.absorb(0, &blocks[..=n], powers).swap_bytes();
+                return c
+                    .absorb_exact(&short_blocks::<5>(ad, ct), powers)
+                    .swap_bytes();
             }
         }
+        self.ghash_long(ad, ct)
+    }
+
+    /// [`ghash`](Self::ghash) of a longer message, or without the carry-less multiply.
+    #[inline(never)]
+    fn ghash_long(&self, ad: &[u8], ct: &[u8]) -> u128 {
+        let lengths = lengths_block(ad, ct);
         let mut run = Run {
             blocks: [0; RUN],
             filled: 0,
@@ -314,11 +350,7 @@ impl Gcm {
     /// a tag: the keystream again (CTR mode is its own inverse), from `ahead` where it holds
     /// that counter's. For a datagram this end sent itself, whose plaintext is wanted back.
     pub(crate) fn decrypt_own(&self, ahead: Option<&Ahead>, counter: u64, data: &mut [u8]) {
-        match Self::ahead_for(ahead, counter) {
-            // The usual short message: one XOR with the keystream kept ahead.
-            Some(a) if data.len() <= a.stream.len() => xor(data, &a.stream[..data.len()]),
-            _ => self.apply(ahead, counter, data),
-        }
+        self.apply(ahead, counter, data);
     }
 
     /// Encrypt `data` in place under the nonce of `counter` with associated data `ad`; the tag.
