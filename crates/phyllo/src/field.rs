@@ -536,6 +536,25 @@ impl Cover {
         n
     }
 
+    /// The cover's [`image`](Self::image) of a header of at most 32 bytes, in its sender's
+    /// byte order (`order` is `wire`) and as long as the cover's, as two little-endian
+    /// 128-bit blocks (bytes `0..16` and `16..32`, zero past the header): four loads and
+    /// four masks, nothing written out. What a sealing layer hashes as its associated data.
+    /// `None` for any other header (take [`image`](Self::image)).
+    #[inline(always)]
+    pub fn image_blocks(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> Option<[u128; 2]> {
+        let n = self.header_len;
+        if order != wire || hdr.len() != n || n > 32 {
+            return None;
+        }
+        let m = &self.short[(order == ByteOrder::Big) as usize];
+        let (lo, hi) = hdr.split_at(n.min(16));
+        let (w0, w1) = two_words(lo);
+        let (w2, w3) = two_words(hi);
+        let block = |a: u64, b: u64| u128::from(a) | u128::from(b) << 64;
+        Some([block(w0 & m[0], w1 & m[1]), block(w2 & m[2], w3 & m[3])])
+    }
+
     /// [`Cover::image`] field by field.
     #[cold]
     #[inline(never)]

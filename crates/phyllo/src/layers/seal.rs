@@ -45,7 +45,7 @@
 //! Pre-phases encrypt or verify and decrypt (transforming the message, not the state); the
 //! counter, the replay window and the work done ahead advance in the post-phases.
 
-use super::gcm::{Ahead, Gcm};
+use super::gcm::{Ahead, Gcm, ShortAd};
 use crate::field::{FieldClass, FieldHandle};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
 use crate::layout::FieldRegistry;
@@ -111,14 +111,17 @@ impl Key {
         &self,
         ahead: Option<&Ahead>,
         c: u64,
-        ad: &[u8],
+        ad: Ad<'_>,
         body: &mut [u8],
     ) -> Option<[u8; TAG_LEN]> {
-        match &self.split {
-            Some(g) if body.len() <= SHORT => g.seal(ahead, c, ad, body).ok(),
+        match (&self.split, ad) {
+            (Some(g), Ad::Blocks(ad)) if body.len() <= SHORT => {
+                g.seal_short_ad(ahead, c, &ad, body).ok()
+            }
+            (Some(g), Ad::Bytes(ad)) if body.len() <= SHORT => g.seal(ahead, c, ad, body).ok(),
             _ => self
                 .whole
-                .seal_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), body)
+                .seal_in_place_separate_tag(nonce_bytes(c), Aad::from(ad.bytes(&mut [0; 32])), body)
                 .ok()
                 .and_then(|t| t.as_ref().try_into().ok()),
         }
@@ -147,16 +150,22 @@ impl Key {
         &self,
         ahead: Option<&Ahead>,
         c: u64,
-        ad: &[u8],
+        ad: Ad<'_>,
         ct: &mut [u8],
         tag: [u8; TAG_LEN],
     ) -> bool {
-        match &self.split {
-            Some(g) if ct.len() <= SHORT => g.open(ahead, c, ad, ct, &tag),
-            _ => self
-                .whole
-                .open_in_place_separate_tag(nonce_bytes(c), Aad::from(ad), Tag::from(tag), ct, 0..)
-                .is_ok(),
+        match (&self.split, ad) {
+            (Some(g), Ad::Blocks(ad)) if ct.len() <= SHORT => {
+                g.open_short_ad(ahead, c, &ad, ct, &tag)
+            }
+            (Some(g), Ad::Bytes(ad)) if ct.len() <= SHORT => g.open(ahead, c, ad, ct, &tag),
+            _ => {
+                let mut buf = [0; 32];
+                let ad = Aad::from(ad.bytes(&mut buf));
+                self.whole
+                    .open_in_place_separate_tag(nonce_bytes(c), ad, Tag::from(tag), ct, 0..)
+                    .is_ok()
+            }
         }
     }
 }
@@ -198,12 +207,39 @@ impl std::fmt::Debug for Seal {
 /// those layers check their own. The image is in the sender's byte order, so a receiver that
 /// converted the header authenticates the same bytes.
 #[inline(always)]
-fn associated_data<'a>(pkt: &Packet<'_>, ad: &'a mut [u8; MAX_HEADER]) -> &'a [u8] {
-    let n = match pkt.layout().upper_cover(pkt.layer() + 1) {
-        Some(cover) => cover.image(pkt.header(), pkt.order(), pkt.wire_order(), ad),
-        None => 0,
+fn associated_data<'a>(pkt: &Packet<'_>, ad: &'a mut [u8; MAX_HEADER]) -> Ad<'a> {
+    let Some(cover) = pkt.layout().upper_cover(pkt.layer() + 1) else {
+        return Ad::Bytes(&[]);
     };
-    &ad[..n]
+    let (hdr, order, wire) = (pkt.header(), pkt.order(), pkt.wire_order());
+    // A short header's image goes to the hash as blocks, not written out and read back.
+    if let Some(b) = cover.image_blocks(hdr, order, wire) {
+        // Zero past the header, as the image is.
+        return Ad::Blocks(ShortAd::of_image(hdr.len(), b));
+    }
+    let n = cover.image(hdr, order, wire, ad);
+    Ad::Bytes(&ad[..n])
+}
+
+/// A message's associated data: a short header's image as its GHASH blocks, or the image's
+/// bytes.
+#[derive(Clone, Copy)]
+enum Ad<'a> {
+    Blocks(ShortAd),
+    Bytes(&'a [u8]),
+}
+
+impl Ad<'_> {
+    /// The bytes, for `ring` (`buf` holds them when they are blocks).
+    fn bytes<'b>(&'b self, buf: &'b mut [u8; 32]) -> &'b [u8] {
+        match self {
+            Ad::Blocks(s) => {
+                *buf = s.to_bytes();
+                &buf[..s.len()]
+            }
+            Ad::Bytes(b) => b,
+        }
+    }
 }
 
 fn nonce_bytes(counter: u64) -> Nonce {
@@ -474,14 +510,15 @@ mod tests {
             Cipher::Aes256Gcm.key(&bytes).unwrap(),
         );
         k.split = None;
-        for c in 0..3u64 {
+        let blocks = Ad::Blocks(ShortAd::from_bytes(b"ad").unwrap());
+        for (c, ad) in (0..6u64).zip([Ad::Bytes(b"ad"), blocks].into_iter().cycle()) {
             let mut a = *b"sixteen byte msg";
             let mut b = a;
             let ahead = fresh.ahead(c);
-            let ta = k.seal(None, c, b"ad", &mut a).unwrap();
-            let tb = fresh.seal(ahead.as_ref(), c, b"ad", &mut b).unwrap();
+            let ta = k.seal(None, c, ad, &mut a).unwrap();
+            let tb = fresh.seal(ahead.as_ref(), c, ad, &mut b).unwrap();
             assert_eq!((a, ta), (b, tb), "counter {c}");
-            assert!(k.open(None, c, b"ad", &mut a, ta));
+            assert!(k.open(None, c, ad, &mut a, ta));
             assert_eq!(&a, b"sixteen byte msg");
             k.split = None;
         }
