@@ -536,23 +536,28 @@ impl Cover {
         n
     }
 
-    /// The cover's [`image`](Self::image) of a header of at most 32 bytes, in its sender's
-    /// byte order (`order` is `wire`) and as long as the cover's, as two little-endian
-    /// 128-bit blocks (bytes `0..16` and `16..32`, zero past the header): four loads and
-    /// four masks, nothing written out. What a sealing layer hashes as its associated data.
-    /// `None` for any other header (take [`image`](Self::image)).
+    /// The cover's [`image`](Self::image) of a short header, in its sender's byte order
+    /// (`order` is `wire`) and as long as the cover's, as two little-endian 128-bit blocks
+    /// (bytes `0..16` and `16..32`, zero past the header): four masks of the words loaded
+    /// once, nothing written out. What a sealing layer hashes as its associated data. `None`
+    /// for any other header (take [`image`](Self::image)).
     #[inline(always)]
-    pub fn image_blocks(&self, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> Option<[u128; 2]> {
-        let n = self.header_len;
-        if order != wire || hdr.len() != n || n > 32 {
+    pub fn image_blocks(
+        &self,
+        hdr: &ShortHeader,
+        order: ByteOrder,
+        wire: ByteOrder,
+    ) -> Option<[u128; 2]> {
+        if order != wire || hdr.len != self.header_len {
             return None;
         }
         let m = &self.short[(order == ByteOrder::Big) as usize];
-        let (lo, hi) = hdr.split_at(n.min(16));
-        let (w0, w1) = two_words(lo);
-        let (w2, w3) = two_words(hi);
+        let w = &hdr.words;
         let block = |a: u64, b: u64| u128::from(a) | u128::from(b) << 64;
-        Some([block(w0 & m[0], w1 & m[1]), block(w2 & m[2], w3 & m[3])])
+        Some([
+            block(w[0] & m[0], w[1] & m[1]),
+            block(w[2] & m[2], w[3] & m[3]),
+        ])
     }
 
     /// [`Cover::image`] field by field.
@@ -626,9 +631,52 @@ fn le_short(d: &[u8]) -> u64 {
     }
 }
 
+/// A header of at most 32 bytes loaded once as four little-endian words (bytes `8k..8k + 8`
+/// in word `k`), zero past its end: what the checks that read a whole short header share
+/// (its padding, an authenticator's image of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShortHeader {
+    len: usize,
+    words: [u64; 4],
+}
+
+impl ShortHeader {
+    /// `hdr` in four loads, no loop; `None` if it is longer than 32 bytes.
+    #[inline(always)]
+    pub fn new(hdr: &[u8]) -> Option<ShortHeader> {
+        if hdr.len() > 32 {
+            return None;
+        }
+        let (lo, hi) = hdr.split_at(hdr.len().min(16));
+        let (w0, w1) = two_words(lo);
+        let (w2, w3) = two_words(hi);
+        Some(ShortHeader {
+            len: hdr.len(),
+            words: [w0, w1, w2, w3],
+        })
+    }
+
+    /// Its length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its words.
+    #[inline(always)]
+    pub(crate) fn words(&self) -> &[u64; 4] {
+        &self.words
+    }
+}
+
 /// At most sixteen bytes as two little-endian words, zero-padded: two loads, no loop.
 #[inline(always)]
-pub(crate) fn two_words(d: &[u8]) -> (u64, u64) {
+fn two_words(d: &[u8]) -> (u64, u64) {
     let n = d.len();
     if n >= 8 {
         let w1 = if n > 8 {

@@ -8,8 +8,8 @@
 //! whole header area ([`Layout::header_len`] bytes), followed by the body.
 
 use crate::field::{
-    bit_mask, two_words, write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc,
-    FieldSpec, Put,
+    bit_mask, write_bits, Access, ByteOrder, Cover, FieldClass, FieldHandle, FieldLoc, FieldSpec,
+    Put, ShortHeader,
 };
 use thiserror::Error;
 
@@ -258,12 +258,8 @@ impl Layout {
     /// delivery asks on every datagram: the loop cost ~40 instructions a delivery).
     #[inline]
     pub fn padding_is_zero(&self, header: &[u8]) -> bool {
-        if header.len() <= 32 {
-            let (lo, hi) = header.split_at(header.len().min(16));
-            let (w0, w1) = two_words(lo);
-            let (w2, w3) = two_words(hi);
-            let p = &self.padding_words;
-            return (w0 & p[0]) | (w1 & p[1]) | (w2 & p[2]) | (w3 & p[3]) == 0;
+        if let Some(short) = ShortHeader::new(header) {
+            return self.short_padding_is_zero(&short);
         }
         let n = header.len().min(self.field_mask.len());
         let (h, m) = (&header[..n], &self.field_mask[..n]);
@@ -278,6 +274,13 @@ impl Layout {
             acc | (word(h) & !word(m))
         });
         words == 0 && tail == 0
+    }
+
+    /// [`padding_is_zero`](Self::padding_is_zero) of a short header loaded already.
+    #[inline(always)]
+    pub fn short_padding_is_zero(&self, header: &ShortHeader) -> bool {
+        let (w, p) = (header.words(), &self.padding_words);
+        (w[0] & p[0]) | (w[1] & p[1]) | (w[2] & p[2]) | (w[3] & p[3]) == 0
     }
 
     /// The fields of the layers above `layer` (and the accelerator's own): what a layer may

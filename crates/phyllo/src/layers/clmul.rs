@@ -26,10 +26,13 @@ pub(crate) const RUN: usize = 8;
 pub(crate) struct Clmul(());
 
 impl Clmul {
-    /// The token, if the CPU has the instruction.
+    /// The token, if the CPU has the instruction (and the byte shuffle that reverses a
+    /// block, SSSE3, which every CPU with it has).
     pub(crate) fn detect() -> Option<Clmul> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("pclmulqdq") {
+        if std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("ssse3")
+        {
             return Some(Clmul(()));
         }
         None
@@ -62,7 +65,9 @@ impl Clmul {
 
     /// [`absorb`](Self::absorb) of exactly `N` blocks from state zero, unrolled (no loop, no
     /// slice lengths): a short message's GHASH, whose leading blocks may be zero (they add
-    /// nothing to the sum). At most [`RUN`] blocks and no more than `powers` holds.
+    /// nothing to the sum). The blocks and the result are in GHASH's byte order, reversed
+    /// from POLYVAL's in the vector registers (one shuffle each). At most [`RUN`] blocks and
+    /// no more than `powers` holds.
     #[inline]
     pub(crate) fn absorb_exact<const N: usize>(self, blocks: &[u128; N], powers: &[u128]) -> u128 {
         let powers: &[u128; N] = powers[..N]
@@ -70,7 +75,8 @@ impl Clmul {
             .expect("a power of the key per block");
         assert!(N <= RUN);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as for `absorb`: a `Clmul` proves the CPU has `pclmulqdq`.
+        // SAFETY: a `Clmul` is made only by `detect`, after the CPU was found to have
+        // `pclmulqdq` and `ssse3`, the features `x86::absorb_exact` is compiled for.
         return unsafe { x86::absorb_exact(blocks, powers) };
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("`detect` makes no Clmul off x86-64")
@@ -103,17 +109,19 @@ mod x86 {
             first = _mm_setzero_si128();
             multiply_into(&mut sum, a, load(k));
         }
-        reduce(sum)
+        store(reduce(sum))
     }
 
     /// See [`super::Clmul::absorb_exact`].
-    #[target_feature(enable = "pclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,ssse3")]
     pub(super) fn absorb_exact<const N: usize>(blocks: &[u128; N], powers: &[u128; N]) -> u128 {
+        let reverse = _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         let mut sum = [_mm_setzero_si128(); 3];
         for i in 0..N {
-            multiply_into(&mut sum, load(&blocks[i]), load(&powers[N - 1 - i]));
+            let a = _mm_shuffle_epi8(load(&blocks[i]), reverse);
+            multiply_into(&mut sum, a, load(&powers[N - 1 - i]));
         }
-        reduce(sum)
+        store(_mm_shuffle_epi8(reduce(sum), reverse))
     }
 
     /// Add the 256-bit product `a · k` into `sum` (its low, middle and high parts): four
@@ -132,12 +140,7 @@ mod x86 {
     /// reduction by `x^128` (two products by the polynomial's constant).
     #[target_feature(enable = "pclmulqdq")]
     #[inline]
-    fn reduce([lo, mid, hi]: [__m128i; 3]) -> u128 {
-        let store = |v: __m128i| {
-            let lo = _mm_cvtsi128_si64(v) as u64;
-            let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)) as u64;
-            u128::from(lo) | u128::from(hi) << 64
-        };
+    fn reduce([lo, mid, hi]: [__m128i; 3]) -> __m128i {
         // The 256-bit sum as two halves.
         let lo = _mm_xor_si128(lo, _mm_slli_si128::<8>(mid));
         let hi = _mm_xor_si128(hi, _mm_srli_si128::<8>(mid));
@@ -148,7 +151,16 @@ mod x86 {
         let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
         let t = _mm_clmulepi64_si128::<0x10>(lo, poly);
         let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
-        store(_mm_xor_si128(lo, hi))
+        _mm_xor_si128(lo, hi)
+    }
+
+    /// A vector as a little-endian `u128`.
+    #[target_feature(enable = "sse2")]
+    #[inline]
+    fn store(v: __m128i) -> u128 {
+        let lo = _mm_cvtsi128_si64(v) as u64;
+        let hi = _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)) as u64;
+        u128::from(lo) | u128::from(hi) << 64
     }
 }
 
@@ -188,14 +200,18 @@ mod tests {
             let got = c.absorb(state, &blocks, &powers);
             prop_assert_eq!(got, horner(key, state, &blocks));
             // From state zero, unrolled, leading zero blocks included.
+            // (It takes and gives GHASH's byte order, POLYVAL's reversed.)
+            let ghash_order: Vec<u128> = blocks.iter().map(|b| b.swap_bytes()).collect();
             let mut three = [0u128; 3];
             let k = blocks.len().min(3);
-            three[3 - k..].copy_from_slice(&blocks[..k]);
-            prop_assert_eq!(c.absorb_exact(&three, &powers), horner(key, 0, &blocks[..k]));
+            three[3 - k..].copy_from_slice(&ghash_order[..k]);
+            let got = c.absorb_exact(&three, &powers).swap_bytes();
+            prop_assert_eq!(got, horner(key, 0, &blocks[..k]));
             let mut five = [0u128; 5];
             let k = blocks.len().min(5);
-            five[5 - k..].copy_from_slice(&blocks[..k]);
-            prop_assert_eq!(c.absorb_exact(&five, &powers), horner(key, 0, &blocks[..k]));
+            five[5 - k..].copy_from_slice(&ghash_order[..k]);
+            let got = c.absorb_exact(&five, &powers).swap_bytes();
+            prop_assert_eq!(got, horner(key, 0, &blocks[..k]));
         }
     }
 }

@@ -197,15 +197,23 @@ impl ShortAd {
 }
 
 /// The GHASH blocks of `ad` and `ct` (at most 32 bytes each, in at most `N - 1` blocks),
-/// then the lengths block, ending the `N` blocks (POLYVAL's byte order: reversed); any
-/// leading ones left zero.
+/// then the lengths block, ending the `N` blocks (in GHASH's byte order, as
+/// [`Clmul::absorb_exact`] takes them); any leading ones left zero.
 #[inline(always)]
 fn short_blocks<const N: usize>(ad: &ShortAd, ct: &[u8]) -> [u128; N] {
     let mut b = [0u128; N];
+    if N == 4 && ad.len > 16 && !ct.is_empty() {
+        // The usual sealed message, every block present: fixed places, no counting.
+        b[0] = ad.blocks[0];
+        b[1] = ad.blocks[1];
+        b[2] = padded_block(ct);
+        b[3] = lengths_block(ad.len, ct.len());
+        return b;
+    }
     let mut i = N;
     let mut put = |x: u128| {
         i -= 1;
-        b[i] = x.swap_bytes();
+        b[i] = x;
     };
     put(lengths_block(ad.len, ct.len()));
     if ct.len() > 16 {
@@ -392,14 +400,10 @@ impl Gcm {
             // up to 16 (an exact count for every size cost more in the choosing than the
             // spare block's product).
             if ct.len() <= 16 {
-                return c
-                    .absorb_exact(&short_blocks::<4>(ad, ct), powers)
-                    .swap_bytes();
+                return c.absorb_exact(&short_blocks::<4>(ad, ct), powers);
             }
             if ct.len() <= 32 {
-                return c
-                    .absorb_exact(&short_blocks::<5>(ad, ct), powers)
-                    .swap_bytes();
+                return c.absorb_exact(&short_blocks::<5>(ad, ct), powers);
             }
         }
         self.ghash_long(&ad.to_bytes()[..ad.len], ct)

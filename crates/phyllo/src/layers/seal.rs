@@ -46,7 +46,7 @@
 //! counter, the replay window and the work done ahead advance in the post-phases.
 
 use super::gcm::{Ahead, Gcm, ShortAd};
-use crate::field::{FieldClass, FieldHandle};
+use crate::field::{FieldClass, FieldHandle, ShortHeader};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
@@ -206,14 +206,21 @@ impl std::fmt::Debug for Seal {
 /// `pre_send` ran, so they cannot be covered (as a checksum covers only the fields above it);
 /// those layers check their own. The image is in the sender's byte order, so a receiver that
 /// converted the header authenticates the same bytes.
+///
+/// `short` is the header, if it is short, loaded already: its image goes to the hash as
+/// blocks; any other header's image is written into `ad`.
 #[inline(always)]
-fn associated_data<'a>(pkt: &Packet<'_>, ad: &'a mut [u8; MAX_HEADER]) -> Ad<'a> {
+fn associated_data<'a>(
+    pkt: &Packet<'_>,
+    short: Option<&ShortHeader>,
+    ad: &'a mut [u8; MAX_HEADER],
+) -> Ad<'a> {
     let Some(cover) = pkt.layout().upper_cover(pkt.layer() + 1) else {
         return Ad::Bytes(&[]);
     };
     let (hdr, order, wire) = (pkt.header(), pkt.order(), pkt.wire_order());
     // A short header's image goes to the hash as blocks, not written out and read back.
-    if let Some(b) = cover.image_blocks(hdr, order, wire) {
+    if let Some(b) = short.and_then(|s| cover.image_blocks(s, order, wire)) {
         // Zero past the header, as the image is.
         return Ad::Blocks(ShortAd::of_image(hdr.len(), b));
     }
@@ -352,7 +359,8 @@ impl Layer for Seal {
         };
         pkt.set(h, self.tx_counter);
         let mut image = [0u8; MAX_HEADER];
-        let ad = associated_data(pkt, &mut image);
+        let short = ShortHeader::new(pkt.header());
+        let ad = associated_data(pkt, short.as_ref(), &mut image);
         let (_, body) = pkt.split_mut();
         let c = self.tx_counter;
         match tx.seal(self.tx_ahead.as_ref(), c, ad, body) {
@@ -382,8 +390,14 @@ impl Layer for Seal {
             return Verdict::Drop(DropReason::Truncated);
         }
         // Authentication covers the fields (byte-order independent); padding must be zero, so
-        // no bit of the header can be flipped unnoticed.
-        if !pkt.layout().padding_is_zero(pkt.header()) {
+        // no bit of the header can be flipped unnoticed. A short header is loaded once for
+        // both.
+        let short = ShortHeader::new(pkt.header());
+        let padding_is_zero = match &short {
+            Some(s) => pkt.layout().short_padding_is_zero(s),
+            None => pkt.layout().padding_is_zero(pkt.header()),
+        };
+        if !padding_is_zero {
             return Verdict::Drop(DropReason::Malformed);
         }
         let c = self.reconstruct(pkt.get(h));
@@ -391,7 +405,7 @@ impl Layer for Seal {
             return Verdict::Drop(DropReason::Replay);
         }
         let mut image = [0u8; MAX_HEADER];
-        let ad = associated_data(pkt, &mut image);
+        let ad = associated_data(pkt, short.as_ref(), &mut image);
         let (_, body) = pkt.split_mut();
         let (ct, tag) = body.split_at_mut(body.len() - TAG_LEN);
         let mut t = [0u8; TAG_LEN];
