@@ -992,6 +992,19 @@ mod tests {
                     let n = cover.image(h, order, wire, &mut out);
                     prop_assert_eq!(&out[..n], &img[..len]);
                 }
+                // As blocks, from a short header loaded once: the same bytes, zero past them;
+                // none for a header of another length, in another order or past 32 bytes.
+                let short = ShortHeader::new(h);
+                prop_assert_eq!(short.is_some(), h.len() <= 32);
+                let blocks = short.and_then(|s| cover.image_blocks(&s, order, wire));
+                prop_assert_eq!(blocks.is_some(), h.len() == len && len <= 32 && order == wire);
+                if let Some([b0, b1]) = blocks {
+                    let mut got = [0u8; 32];
+                    got[..16].copy_from_slice(&b0.to_le_bytes());
+                    got[16..].copy_from_slice(&b1.to_le_bytes());
+                    prop_assert_eq!(&got[..len], &img[..len]);
+                    prop_assert!(got[len..].iter().all(|&b| b == 0));
+                }
             }
         }
 
