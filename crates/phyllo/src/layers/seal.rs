@@ -46,7 +46,7 @@
 //! counter, the replay window and the work done ahead advance in the post-phases.
 
 use super::gcm::{Ahead, Gcm, ShortAd};
-use crate::field::{FieldClass, FieldHandle, ShortHeader};
+use crate::field::{ByteOrder, Cover, FieldClass, FieldHandle, ShortHeader};
 use crate::layer::{Cx, DropReason, Handoff, Hdr, InitCx, Layer, Packet, Role, Verdict};
 use crate::layout::FieldRegistry;
 use crate::layout::MAX_HEADER;
@@ -111,14 +111,16 @@ impl Key {
         &self,
         ahead: Option<&Ahead>,
         c: u64,
-        ad: Ad<'_>,
+        ad: &Ad,
         body: &mut [u8],
     ) -> Option<[u8; TAG_LEN]> {
         match (&self.split, ad) {
             (Some(g), Ad::Blocks(ad)) if body.len() <= SHORT => {
-                g.seal_short_ad(ahead, c, &ad, body).ok()
+                g.seal_short_ad(ahead, c, ad, body).ok()
             }
-            (Some(g), Ad::Bytes(ad)) if body.len() <= SHORT => g.seal(ahead, c, ad, body).ok(),
+            (Some(g), Ad::Image(ad, n)) if body.len() <= SHORT => {
+                g.seal(ahead, c, &ad[..*n], body).ok()
+            }
             _ => self
                 .whole
                 .seal_in_place_separate_tag(nonce_bytes(c), Aad::from(ad.bytes(&mut [0; 32])), body)
@@ -150,15 +152,17 @@ impl Key {
         &self,
         ahead: Option<&Ahead>,
         c: u64,
-        ad: Ad<'_>,
+        ad: &Ad,
         ct: &mut [u8],
         tag: [u8; TAG_LEN],
     ) -> bool {
         match (&self.split, ad) {
             (Some(g), Ad::Blocks(ad)) if ct.len() <= SHORT => {
-                g.open_short_ad(ahead, c, &ad, ct, &tag)
+                g.open_short_ad(ahead, c, ad, ct, &tag)
             }
-            (Some(g), Ad::Bytes(ad)) if ct.len() <= SHORT => g.open(ahead, c, ad, ct, &tag),
+            (Some(g), Ad::Image(ad, n)) if ct.len() <= SHORT => {
+                g.open(ahead, c, &ad[..*n], ct, &tag)
+            }
             _ => {
                 let mut buf = [0; 32];
                 let ad = Aad::from(ad.bytes(&mut buf));
@@ -208,43 +212,46 @@ impl std::fmt::Debug for Seal {
 /// converted the header authenticates the same bytes.
 ///
 /// `short` is the header, if it is short, loaded already: its image goes to the hash as
-/// blocks; any other header's image is written into `ad`.
+/// blocks, not written out and read back.
 #[inline(always)]
-fn associated_data<'a>(
-    pkt: &Packet<'_>,
-    short: Option<&ShortHeader>,
-    ad: &'a mut [u8; MAX_HEADER],
-) -> Ad<'a> {
+fn associated_data(pkt: &Packet<'_>, short: Option<&ShortHeader>) -> Ad {
     let Some(cover) = pkt.layout().upper_cover(pkt.layer() + 1) else {
-        return Ad::Bytes(&[]);
+        return Ad::Blocks(ShortAd::of_image(0, [0; 2]));
     };
     let (hdr, order, wire) = (pkt.header(), pkt.order(), pkt.wire_order());
-    // A short header's image goes to the hash as blocks, not written out and read back.
-    if let Some(b) = short.and_then(|s| cover.image_blocks(s, order, wire)) {
+    match short.and_then(|s| cover.image_blocks(s, order, wire)) {
         // Zero past the header, as the image is.
-        return Ad::Blocks(ShortAd::of_image(hdr.len(), b));
+        Some(b) => Ad::Blocks(ShortAd::of_image(hdr.len(), b)),
+        None => long_associated_data(cover, hdr, order, wire),
     }
-    let n = cover.image(hdr, order, wire, ad);
-    Ad::Bytes(&ad[..n])
 }
 
-/// A message's associated data: a short header's image as its GHASH blocks, or the image's
-/// bytes.
+/// [`associated_data`] of a long header (or one in the other byte order): its image written
+/// out.
+#[cold]
+#[inline(never)]
+fn long_associated_data(cover: &Cover, hdr: &[u8], order: ByteOrder, wire: ByteOrder) -> Ad {
+    let mut image = [0u8; MAX_HEADER];
+    let n = cover.image(hdr, order, wire, &mut image);
+    Ad::Image(image, n)
+}
+
+/// A message's associated data: a short header's image as its GHASH blocks, or the image.
 #[derive(Clone, Copy)]
-enum Ad<'a> {
+enum Ad {
     Blocks(ShortAd),
-    Bytes(&'a [u8]),
+    Image([u8; MAX_HEADER], usize),
 }
 
-impl Ad<'_> {
-    /// The bytes, for `ring` (`buf` holds them when they are blocks).
+impl Ad {
+    /// The bytes (`buf` holds them when they are blocks).
     fn bytes<'b>(&'b self, buf: &'b mut [u8; 32]) -> &'b [u8] {
         match self {
             Ad::Blocks(s) => {
                 *buf = s.to_bytes();
                 &buf[..s.len()]
             }
-            Ad::Bytes(b) => b,
+            Ad::Image(b, n) => &b[..*n],
         }
     }
 }
@@ -358,12 +365,11 @@ impl Layer for Seal {
             return Verdict::Drop(DropReason::Auth);
         };
         pkt.set(h, self.tx_counter);
-        let mut image = [0u8; MAX_HEADER];
         let short = ShortHeader::new(pkt.header());
-        let ad = associated_data(pkt, short.as_ref(), &mut image);
+        let ad = associated_data(pkt, short.as_ref());
         let (_, body) = pkt.split_mut();
         let c = self.tx_counter;
-        match tx.seal(self.tx_ahead.as_ref(), c, ad, body) {
+        match tx.seal(self.tx_ahead.as_ref(), c, &ad, body) {
             Some(tag) => {
                 // A trailer written, not content copied ([`crate::msg::copied_bytes`]).
                 pkt.msg_mut().append_array(&tag);
@@ -404,13 +410,12 @@ impl Layer for Seal {
         if self.replayed(c) {
             return Verdict::Drop(DropReason::Replay);
         }
-        let mut image = [0u8; MAX_HEADER];
-        let ad = associated_data(pkt, short.as_ref(), &mut image);
+        let ad = associated_data(pkt, short.as_ref());
         let (_, body) = pkt.split_mut();
         let (ct, tag) = body.split_at_mut(body.len() - TAG_LEN);
         let mut t = [0u8; TAG_LEN];
         t.copy_from_slice(tag);
-        if !rx.open(self.rx_ahead.as_ref(), c, ad, ct, t) {
+        if !rx.open(self.rx_ahead.as_ref(), c, &ad, ct, t) {
             return Verdict::Drop(DropReason::Auth);
         }
         pkt.msg_mut().pop_back(TAG_LEN);
@@ -525,14 +530,17 @@ mod tests {
         );
         k.split = None;
         let blocks = Ad::Blocks(ShortAd::from_bytes(b"ad").unwrap());
-        for (c, ad) in (0..6u64).zip([Ad::Bytes(b"ad"), blocks].into_iter().cycle()) {
+        let mut image = [0; MAX_HEADER];
+        image[..2].copy_from_slice(b"ad");
+        let image = Ad::Image(image, 2);
+        for (c, ad) in (0..6u64).zip([image, blocks].into_iter().cycle()) {
             let mut a = *b"sixteen byte msg";
             let mut b = a;
             let ahead = fresh.ahead(c);
-            let ta = k.seal(None, c, ad, &mut a).unwrap();
-            let tb = fresh.seal(ahead.as_ref(), c, ad, &mut b).unwrap();
+            let ta = k.seal(None, c, &ad, &mut a).unwrap();
+            let tb = fresh.seal(ahead.as_ref(), c, &ad, &mut b).unwrap();
             assert_eq!((a, ta), (b, tb), "counter {c}");
-            assert!(k.open(None, c, ad, &mut a, ta));
+            assert!(k.open(None, c, &ad, &mut a, ta));
             assert_eq!(&a, b"sixteen byte msg");
             k.split = None;
         }
