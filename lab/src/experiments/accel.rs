@@ -218,8 +218,8 @@ impl Experiment for Accel {
                      GHASH of the header's image and the body, summed and reduced once, the \
                      XOR with the keystream computed ahead, the tag, the nonce and the replay \
                      window; the layered path runs the same pre-phases. For the goal of \
-                     {goal:.2}, the accelerator's own work on the sealed path would have to \
-                     come down to {:.0} instructions, from {:.0}. If sealing added nothing \
+                     {goal:.2}, the accelerator's own work on the sealed path may be at most \
+                     {:.0} instructions; it is {:.0}. If sealing added nothing \
                      to the accelerator's own work (the unsealed accelerated path plus \
                      `seal`'s pre-phases), the ratio would be {floor:.3} \
                      (`accel.sealed_critical_path_floor`): below that only a cheaper `seal` \
