@@ -456,47 +456,31 @@ impl<S: LayerSet> Core<S> {
     /// (the accelerator's one body transform, on every sealed message).
     #[inline(always)]
     pub(crate) fn pre_phase(&mut self, now: Time, i: usize, send: bool, m: &mut Msg) -> Verdict {
-        let mut pkt = Self::packet(
-            &self.layout,
-            self.rx_wire,
-            now,
-            send,
-            m,
-            &mut self.pool,
-            &mut self.kept,
-        );
+        let (layers, mut pkt) = self.stack_and_packet(now, send, m);
         pkt.layer = i;
         if send {
-            self.layers.pre_send_at(i, &mut pkt)
+            layers.pre_send_at(i, &mut pkt)
         } else {
-            self.layers.pre_deliver_at(i, &mut pkt)
+            layers.pre_deliver_at(i, &mut pkt)
         }
     }
 
-    /// Run the pre-phases of `layers` in that order on `m` — `pre_send` if `send`, else
+    /// Run the pre-phases of the layers `which`, in that order, on `m` — `pre_send` if `send`, else
     /// `pre_deliver` — until one does not continue: that layer and its verdict.
     pub(crate) fn pre_phases(
         &mut self,
         now: Time,
-        layers: impl Iterator<Item = usize>,
+        which: impl Iterator<Item = usize>,
         send: bool,
         m: &mut Msg,
     ) -> Option<(usize, Verdict)> {
-        let mut pkt = Self::packet(
-            &self.layout,
-            self.rx_wire,
-            now,
-            send,
-            m,
-            &mut self.pool,
-            &mut self.kept,
-        );
-        for i in layers {
+        let (layers, mut pkt) = self.stack_and_packet(now, send, m);
+        for i in which {
             pkt.layer = i;
             let v = if send {
-                self.layers.pre_send_at(i, &mut pkt)
+                layers.pre_send_at(i, &mut pkt)
             } else {
-                self.layers.pre_deliver_at(i, &mut pkt)
+                layers.pre_deliver_at(i, &mut pkt)
             };
             if v != Verdict::Continue {
                 return Some((i, v));
@@ -512,19 +496,11 @@ impl<S: LayerSet> Core<S> {
     #[inline(never)]
     fn undo_transforms(&mut self, now: Time, from: usize, m: &mut Msg) {
         m.set_transformed(false);
-        let mut pkt = Self::packet(
-            &self.layout,
-            self.rx_wire,
-            now,
-            true,
-            m,
-            &mut self.pool,
-            &mut self.kept,
-        );
-        for i in (from..self.layers.count()).rev() {
-            if self.layers.transforms_body_at(i) {
+        let (layers, mut pkt) = self.stack_and_packet(now, true, m);
+        for i in (from..layers.count()).rev() {
+            if layers.transforms_body_at(i) {
                 pkt.layer = i;
-                self.layers.undo_send_at(i, &mut pkt);
+                layers.undo_send_at(i, &mut pkt);
             }
         }
     }
@@ -557,28 +533,27 @@ impl<S: LayerSet> Core<S> {
         )
     }
 
-    /// A message `m` for the pre-phases at `now`: sending (this end's byte order) or
-    /// delivering (the order it was received in).
+    /// The stack, and a message `m` for its pre-phases at `now`: sending (this end's byte
+    /// order) or delivering (the order it was received in).
     #[inline(always)]
-    fn packet<'a>(
-        layout: &'a Layout,
-        rx_wire: ByteOrder,
+    fn stack_and_packet<'a>(
+        &'a mut self,
         now: Time,
         send: bool,
         m: &'a mut Msg,
-        pool: &'a mut Pool,
-        kept: &'a mut Vec<(usize, Msg)>,
-    ) -> Packet<'a> {
-        Packet {
+    ) -> (&'a S, Packet<'a>) {
+        let layout = &self.layout;
+        let pkt = Packet {
             msg: m,
             layout,
             order: layout.order(),
-            wire: if send { layout.order() } else { rx_wire },
+            wire: if send { layout.order() } else { self.rx_wire },
             now,
             layer: 0,
-            pool,
-            kept,
-        }
+            pool: &mut self.pool,
+            kept: &mut self.kept,
+        };
+        (&self.layers, pkt)
     }
 
     /// Post-send of layer `i` for a message whose header area was `hdr`.
@@ -808,19 +783,11 @@ impl<S: LayerSet> Core<S> {
         edge: usize,
         m: &mut Msg,
     ) -> Option<(usize, Verdict)> {
-        let mut pkt = Self::packet(
-            &self.layout,
-            self.rx_wire,
-            now,
-            send,
-            m,
-            &mut self.pool,
-            &mut self.kept,
-        );
+        let (layers, mut pkt) = self.stack_and_packet(now, send, m);
         if send {
-            self.layers.pre_send_walk(0, edge, &mut pkt)
+            layers.pre_send_walk(0, edge, &mut pkt)
         } else {
-            self.layers.pre_deliver_walk(0, edge, &mut pkt)
+            layers.pre_deliver_walk(0, edge, &mut pkt)
         }
     }
 
