@@ -14,7 +14,8 @@
 //!
 //! This is the crate's one `unsafe` module: the call into code compiled for the instruction
 //! is `unsafe`, and it is made only through a [`Clmul`], which exists only once the CPU was
-//! found to have the instruction. Elsewhere (an older CPU, another architecture) [`Clmul::detect`]
+//! found to have the instruction (and SSSE3's byte shuffle, which reverses a short message's
+//! blocks in registers). Elsewhere (an older CPU, another architecture) [`Clmul::detect`]
 //! gives `None` and [`super::gcm`] hashes block by block with `polyval`'s own dispatch.
 #![allow(unsafe_code)]
 

@@ -14,10 +14,12 @@
 //! Why not `ring` (which `seal` uses for ChaCha20-Poly1305 and long bodies): its one-shot AEAD
 //! cannot be split at the nonce. The block cipher is RustCrypto's `aes` (AES-NI chosen at run
 //! time). GHASH is `layers/clmul.rs`'s: the carry-less multiply with the key's powers computed
-//! at key setup, a message's blocks summed and reduced once; `polyval`'s own code on a CPU
-//! without the instruction. Only the GCM composition is written here, and the tests hold it
-//! byte for byte to `ring`'s AES-256-GCM and to the GCM specification's test vectors, both
-//! ways of hashing.
+//! at key setup, a message's blocks summed and reduced once (a short message's unrolled, inline
+//! in [`Gcm::seal`] and [`Gcm::open`]); `polyval`'s own code on a CPU without the instruction.
+//! A sealing layer may give short associated data as its two blocks ([`ShortAd`], built from
+//! a header's words) instead of bytes. Only the GCM composition is written here, and the tests
+//! hold it byte for byte to `ring`'s AES-256-GCM and to the GCM specification's test vectors,
+//! both ways of hashing.
 //!
 //! Public so that the report's `aead` experiment can set it beside the whole-message AEADs
 //! (`seal` is its user). The nonce is `seal`'s: four zero bytes, then the 64-bit counter
