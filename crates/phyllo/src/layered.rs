@@ -451,22 +451,28 @@ impl<S: LayerSet> Core<S> {
         self.take_kept(layer)
     }
 
-    /// Run layer `i`'s pre-phase on `m` — `pre_send` if `send`, else `pre_deliver` — and
-    /// return its verdict: [`pre_phases`](Self::pre_phases) of one layer, without the loop
-    /// (the accelerator's one body transform, on every sealed message).
+    /// [`pre_phases`](Self::pre_phases) of the one layer `i`, without the loop (the
+    /// accelerator's one body transform, on every sealed message).
     #[inline(always)]
-    pub(crate) fn pre_phase(&mut self, now: Time, i: usize, send: bool, m: &mut Msg) -> Verdict {
+    pub(crate) fn pre_phase(
+        &mut self,
+        now: Time,
+        i: usize,
+        send: bool,
+        m: &mut Msg,
+    ) -> Option<(usize, Verdict)> {
         let (layers, mut pkt) = self.stack_and_packet(now, send, m);
         pkt.layer = i;
-        if send {
+        let v = if send {
             layers.pre_send_at(i, &mut pkt)
         } else {
             layers.pre_deliver_at(i, &mut pkt)
-        }
+        };
+        (v != Verdict::Continue).then_some((i, v))
     }
 
-    /// Run the pre-phases of the layers `which`, in that order, on `m` — `pre_send` if `send`, else
-    /// `pre_deliver` — until one does not continue: that layer and its verdict.
+    /// Run the pre-phases of the layers `which`, in that order, on `m` — `pre_send` if
+    /// `send`, else `pre_deliver` — until one does not continue: that layer and its verdict.
     pub(crate) fn pre_phases(
         &mut self,
         now: Time,

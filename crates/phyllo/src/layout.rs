@@ -346,10 +346,11 @@ impl Layout {
             return Err(LayoutError::TooLarge(header_len));
         }
         let access: Vec<Access> = locs.iter().map(|&l| Access::new(l, header_len)).collect();
+        let field_mask = bit_mask(&locs, header_len, order);
         Ok(Layout {
             upper_fields: upper_fields(specs, &locs, layers, header_len),
-            padding_words: padding_words(&bit_mask(&locs, header_len, order)),
-            field_mask: bit_mask(&locs, header_len, order),
+            padding_words: padding_words(&field_mask),
+            field_mask,
             puts: access.iter().map(|a| Put::of(a, order)).collect(),
             access,
             names: specs.iter().map(|s| s.name).collect(),

@@ -47,6 +47,15 @@ use crate::msg::Msg;
 use crate::stack::LayerSet;
 use crate::time::Time;
 
+/// How many layers at the bottom of `layers` transform the body: the fast delivery runs
+/// them first, and the predictions leave them out.
+pub(crate) fn bottom_transforms<S: LayerSet>(layers: &S) -> usize {
+    (0..layers.count())
+        .rev()
+        .take_while(|&i| layers.transforms_body_at(i))
+        .count()
+}
+
 /// How the fast path treats each layer of the stack, fixed when the connection is built.
 pub(crate) struct Shape {
     /// Layers that do not predict and do not transform the body, top first: the fast send
@@ -84,10 +93,7 @@ impl Shape {
     pub(crate) fn of<S: LayerSet>(layers: &S, predict: &Predictions, filters: &Filters) -> Shape {
         let n = layers.count();
         let transform: Vec<usize> = (0..n).filter(|&i| layers.transforms_body_at(i)).collect();
-        let bottom_transforms = (0..n)
-            .rev()
-            .take_while(|&i| layers.transforms_body_at(i))
-            .count();
+        let bottom_transforms = bottom_transforms(layers);
         let unpredicted = |i: &usize| !predict.predicts(*i) && !layers.transforms_body_at(*i);
         let send_unpredicted: Vec<usize> = (0..n).filter(unpredicted).collect();
         let deliver_unpredicted: Vec<usize> = (0..n - bottom_transforms)
@@ -352,13 +358,12 @@ impl Accelerator {
             None
         };
         let liar = match self.shape.reclaim_layer {
-            Some((layer, None)) => {
-                self.send_reclaimed(core, now, m, (layer, None), verify.as_ref(), msgs)
+            Some(reclaim @ (_, None)) => {
+                self.send_reclaimed(core, now, m, reclaim, verify.as_ref(), msgs)
             }
-            Some((layer, Some(trailers))) => {
+            Some(reclaim @ (_, Some(_))) => {
                 let all = self.shape.transform.len();
                 if self.transform_send(core, now, &mut m, 0..all) {
-                    let reclaim = (layer, Some(trailers));
                     self.send_reclaimed(core, now, m, reclaim, verify.as_ref(), msgs)
                 } else {
                     // Dropped by a transform: counted as sent on the fast path, as below.
@@ -579,7 +584,7 @@ impl Accelerator {
         which: std::ops::Range<usize>,
     ) -> bool {
         let stop = match self.shape.transform[which] {
-            [t] => Some((t, core.pre_phase(now, t, true, m))).filter(|s| s.1 != Verdict::Continue),
+            [t] => core.pre_phase(now, t, true, m),
             ref ts => core.pre_phases(now, ts.iter().copied(), true, m),
         };
         match stop {
@@ -926,8 +931,7 @@ impl Accelerator {
         let n = core.layers().count();
         let k = self.shape.bottom_transforms;
         let stop = if k == 1 {
-            Some((n - 1, core.pre_phase(now, n - 1, false, &mut m)))
-                .filter(|s| s.1 != Verdict::Continue)
+            core.pre_phase(now, n - 1, false, &mut m)
         } else {
             core.pre_phases(now, (n - k..n).rev(), false, &mut m)
         };

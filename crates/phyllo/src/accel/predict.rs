@@ -285,11 +285,7 @@ impl Predictions {
             deliver: empty,
             proto_mask,
             predicts,
-            asked: layers.count()
-                - (0..layers.count())
-                    .rev()
-                    .take_while(|&i| layers.transforms_body_at(i))
-                    .count(),
+            asked: layers.count() - super::fastpath::bottom_transforms(layers),
             owner: specs.iter().map(|s| s.layer).collect(),
             layer_mask,
         }
